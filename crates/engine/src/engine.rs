@@ -296,7 +296,9 @@ impl Engine {
         let policy_changed = pod.excluded != obs.excluded
             || (skip_terminal && pod.phase.is_terminal() != obs.phase.is_terminal());
         pod.phase = obs.phase;
-        pod.terminating = obs.terminating;
+        // A deletion timestamp is never taken back: an observation without one is older than
+        // our own delete, or than the one we saw.
+        pod.terminating |= obs.terminating;
         pod.excluded = obs.excluded;
         if same_tolerations && same_node && !policy_changed {
             return;
