@@ -17,6 +17,7 @@ use crate::action::{Action, CancelReason, Cause, PodRef, SkipReason};
 use crate::intern::Interner;
 use crate::observe::{EvictionId, NodeObservation, Outcome, Phase, PodObservation, Report, Uid};
 use crate::schedule::DeadlineQueue;
+use crate::slab::Slab;
 use crate::taint::Taint;
 use crate::time::Time;
 use crate::toleration::{Toleration, TolerationTime, Verdict, verdict};
@@ -144,8 +145,7 @@ struct Node {
 #[derive(Debug)]
 pub struct Engine {
     config: Config,
-    pods: Vec<Option<Pod>>,
-    free_pods: Vec<PodId>,
+    pods: Slab<Pod>,
     /// (namespace, name) → pod id, hashed on the strings without storing them twice.
     pod_index: HashTable<PodId>,
     hasher: DefaultHashBuilder,
@@ -156,7 +156,6 @@ pub struct Engine {
     tolerations: Interner<[Toleration]>,
     queue: DeadlineQueue,
     next_eviction: u64,
-    pod_count: usize,
 }
 
 impl Default for Engine {
@@ -173,8 +172,7 @@ impl Engine {
         debug_assert_eq!(empty, NO_TOLERATIONS);
         Engine {
             config,
-            pods: Vec::new(),
-            free_pods: Vec::new(),
+            pods: Slab::default(),
             pod_index: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             nodes: Vec::new(),
@@ -184,7 +182,6 @@ impl Engine {
             tolerations,
             queue: DeadlineQueue::new(),
             next_eviction: 1,
-            pod_count: 0,
         }
     }
 
@@ -593,27 +590,22 @@ impl Engine {
 
     /// Every tracked pod, in no particular order.
     pub fn pods(&self) -> impl Iterator<Item = PodView<'_>> + '_ {
-        self.pods
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_some())
-            .map(|(id, _)| self.view(id as PodId))
+        self.pods.iter().map(|(id, _)| self.view(id))
     }
 
     /// Every pod with a pending eviction, in no particular order.
     pub fn pending(&self) -> impl Iterator<Item = PodView<'_>> + '_ {
         self.pods
             .iter()
-            .enumerate()
-            .filter(|(_, p)| p.as_ref().is_some_and(|p| p.eviction.is_some()))
-            .map(|(id, _)| self.view(id as PodId))
+            .filter(|(_, p)| p.eviction.is_some())
+            .map(|(id, _)| self.view(id))
     }
 
     /// Number of pending evictions.
     pub fn pending_count(&self) -> usize {
         self.pods
             .iter()
-            .filter(|p| p.as_ref().is_some_and(|p| p.eviction.is_some()))
+            .filter(|(_, p)| p.eviction.is_some())
             .count()
     }
 
@@ -623,7 +615,7 @@ impl Engine {
     }
 
     pub fn pod_count(&self) -> usize {
-        self.pod_count
+        self.pods.len()
     }
 
     /// The `NoExecute` taints the engine holds for a node; `None` for an unknown, deleted or
@@ -648,14 +640,14 @@ impl Engine {
     // === Storage ===
 
     fn pod(&self, id: PodId) -> &Pod {
-        match &self.pods[id as usize] {
+        match self.pods.get(id) {
             Some(p) => p,
             None => unreachable!("pod slot {id} is empty"),
         }
     }
 
     fn pod_mut(&mut self, id: PodId) -> &mut Pod {
-        match &mut self.pods[id as usize] {
+        match self.pods.get_mut(id) {
             Some(p) => p,
             None => unreachable!("pod slot {id} is empty"),
         }
@@ -723,16 +715,7 @@ impl Engine {
             excluded: obs.excluded,
             eviction: None,
         };
-        let id = match self.free_pods.pop() {
-            Some(id) => {
-                self.pods[id as usize] = Some(pod);
-                id
-            }
-            None => {
-                self.pods.push(Some(pod));
-                (self.pods.len() - 1) as PodId
-            }
-        };
+        let id = self.pods.insert(pod);
         let hash = self.hash_key(&obs.namespace, &obs.name);
         let Engine {
             pod_index,
@@ -741,14 +724,13 @@ impl Engine {
             hasher,
             ..
         } = self;
-        pod_index.insert_unique(hash, id, |&other| match &pods[other as usize] {
+        pod_index.insert_unique(hash, id, |&other| match pods.get(other) {
             Some(p) => hasher.hash_one((&**namespaces.get(p.namespace), &*p.name)),
             None => 0,
         });
         if let Some(node) = obs.node_name.as_deref() {
             self.link_node(id, node);
         }
-        self.pod_count += 1;
         id
     }
 
@@ -763,9 +745,7 @@ impl Engine {
         }
         self.namespaces.release(namespace);
         self.tolerations.release(tolerations);
-        self.pods[id as usize] = None;
-        self.free_pods.push(id);
-        self.pod_count -= 1;
+        self.pods.remove(id);
     }
 
     fn intern_node(&mut self, name: &str) -> NodeId {

@@ -35,9 +35,11 @@ pub mod engine;
 mod intern;
 pub mod observe;
 pub mod schedule;
+mod slab;
 pub mod taint;
 pub mod time;
 pub mod toleration;
+pub mod workload;
 
 pub use action::{Action, CancelReason, Cause, PodRef, SkipReason};
 pub use engine::{Config, Engine, EvictionView, Input, PodView, Stage};
