@@ -32,7 +32,7 @@ pub fn population(
                 Some(&format!("node-{n}")),
             );
             debug_assert!(matches!(pod.uid, Uid::Uuid(_)));
-            if index % 10 != 0 {
+            if !index.is_multiple_of(10) {
                 pod.tolerations = defaults.clone();
             }
             pods.push(pod);
