@@ -1,0 +1,644 @@
+//! The scenario file of `noexecute simulate`: nodes, pods and timed events, with field names
+//! taken from Kubernetes objects so that taints and tolerations can be pasted from manifests.
+//!
+//! Loading never panics: a malformed file gives a [`ScenarioError`] naming the file and the
+//! line and column (for syntax and type errors) or the offending field (for everything the
+//! format allows but the semantics do not).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use noexecute_engine::{Effect, Operator, Taint, Time, Toleration};
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+/// A duration in a scenario: `90s`, `5m`, `1h30m`, `1.5s`, or plain (possibly fractional)
+/// seconds. Held as milliseconds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Offset(pub i64);
+
+impl Offset {
+    pub fn time(self) -> Time {
+        Time::from_millis(self.0)
+    }
+
+    pub fn parse(text: &str) -> Result<Offset, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("empty duration".into());
+        }
+        if let Ok(secs) = text.parse::<f64>() {
+            return Offset::from_secs(secs);
+        }
+        let mut total = 0f64;
+        let mut number = String::new();
+        let mut chars = text.chars().peekable();
+        let mut any_unit = false;
+        while let Some(c) = chars.next() {
+            if c.is_ascii_digit() || c == '.' {
+                number.push(c);
+                continue;
+            }
+            let unit = if c == 'm' && chars.peek() == Some(&'s') {
+                chars.next();
+                0.001
+            } else {
+                match c {
+                    'h' => 3600.0,
+                    'm' => 60.0,
+                    's' => 1.0,
+                    _ => return Err(format!("unexpected {c:?} in duration {text:?}")),
+                }
+            };
+            let value: f64 = number
+                .parse()
+                .map_err(|_| format!("missing number before unit in duration {text:?}"))?;
+            total += value * unit;
+            number.clear();
+            any_unit = true;
+        }
+        if !number.is_empty() || !any_unit {
+            return Err(format!(
+                "duration {text:?} needs a unit after every number (h, m, s, ms), e.g. 90s or 1h30m"
+            ));
+        }
+        Offset::from_secs(total)
+    }
+
+    fn from_secs(secs: f64) -> Result<Offset, String> {
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!("duration must be a non-negative number of seconds, got {secs}"));
+        }
+        if secs > 1e12 {
+            return Err(format!("duration of {secs} seconds is too long"));
+        }
+        Ok(Offset((secs * 1000.0).round() as i64))
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0;
+        if ms % 1000 == 0 {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{:.3}s", ms as f64 / 1000.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Offset {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        let parsed = match Raw::deserialize(d)? {
+            Raw::Number(n) => Offset::from_secs(n),
+            Raw::Text(t) => Offset::parse(&t),
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+}
+
+/// `NodeSpec.taints[]`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaintSpec {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: String,
+    /// Accepted so manifests paste cleanly; the simulator stamps taints with the virtual time
+    /// they are added at, as the API server does.
+    #[serde(default)]
+    pub time_added: Option<String>,
+}
+
+/// `PodSpec.tolerations[]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TolerationSpec {
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub operator: String,
+    #[serde(default)]
+    pub value: String,
+    #[serde(default)]
+    pub effect: String,
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeSpec {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<TaintSpec>,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodSpec {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    #[serde(default)]
+    pub node_name: Option<String>,
+    #[serde(default)]
+    pub tolerations: Vec<TolerationSpec>,
+}
+
+/// `updatePod`: the fields given replace the pod's.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodUpdate {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    #[serde(default)]
+    pub node_name: Option<String>,
+    #[serde(default)]
+    pub tolerations: Option<Vec<TolerationSpec>>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodKey {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeTaint {
+    pub node: String,
+    pub taint: TaintSpec,
+}
+
+/// `removeTaint`: every taint with this key (and this effect, if given) goes, whatever its
+/// value, as `kubectl taint node n key:effect-` does.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RemoveTaint {
+    pub node: String,
+    pub key: String,
+    #[serde(default)]
+    pub effect: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SetTaints {
+    pub node: String,
+    #[serde(default)]
+    pub taints: Vec<TaintSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeKey {
+    pub name: String,
+}
+
+/// One entry of `events:` as written: `at` and exactly one action.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawEvent {
+    at: Offset,
+    #[serde(default)]
+    add_taint: Option<NodeTaint>,
+    #[serde(default)]
+    remove_taint: Option<RemoveTaint>,
+    #[serde(default)]
+    set_taints: Option<SetTaints>,
+    #[serde(default)]
+    add_pod: Option<PodSpec>,
+    #[serde(default)]
+    update_pod: Option<PodUpdate>,
+    #[serde(default)]
+    delete_pod: Option<PodKey>,
+    #[serde(default)]
+    add_node: Option<NodeSpec>,
+    #[serde(default)]
+    delete_node: Option<NodeKey>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    AddTaint(NodeTaint),
+    RemoveTaint(RemoveTaint),
+    SetTaints(SetTaints),
+    AddPod(PodSpec),
+    UpdatePod(PodUpdate),
+    DeletePod(PodKey),
+    AddNode(NodeSpec),
+    DeleteNode(NodeKey),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub at: Offset,
+    pub change: Change,
+    /// Position in the file, for messages.
+    pub index: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawScenario {
+    #[serde(default)]
+    until: Option<Offset>,
+    #[serde(default)]
+    nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pods: Vec<PodSpec>,
+    #[serde(default)]
+    events: Vec<RawEvent>,
+}
+
+/// A validated scenario; events are in the order they apply (by `at`, then file order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    pub until: Option<Offset>,
+    pub nodes: Vec<NodeSpec>,
+    pub pods: Vec<PodSpec>,
+    pub events: Vec<Event>,
+}
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Scenario::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+        let raw: RawScenario = serde_yaml_ng::from_str(text).map_err(|e| {
+            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+            let message = e.to_string();
+            // The library appends " at line X column Y"; we print the position up front.
+            let message = match message.find(" at line ") {
+                Some(i) => message[..i].to_string(),
+                None => message,
+            };
+            ScenarioError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message,
+            }
+        })?;
+        let invalid = |field: String, message: String| ScenarioError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            message,
+        };
+        let mut events = Vec::with_capacity(raw.events.len());
+        for (i, e) in raw.events.into_iter().enumerate() {
+            let mut changes = Vec::new();
+            let mut names = Vec::new();
+            macro_rules! take {
+                ($field:ident, $name:literal, $variant:ident) => {
+                    if let Some(v) = e.$field {
+                        changes.push(Change::$variant(v));
+                        names.push($name);
+                    }
+                };
+            }
+            take!(add_taint, "addTaint", AddTaint);
+            take!(remove_taint, "removeTaint", RemoveTaint);
+            take!(set_taints, "setTaints", SetTaints);
+            take!(add_pod, "addPod", AddPod);
+            take!(update_pod, "updatePod", UpdatePod);
+            take!(delete_pod, "deletePod", DeletePod);
+            take!(add_node, "addNode", AddNode);
+            take!(delete_node, "deleteNode", DeleteNode);
+            if changes.len() != 1 {
+                let found = if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(" and ")
+                };
+                return Err(invalid(
+                    format!("events[{i}]"),
+                    format!(
+                        "needs exactly one of addTaint, removeTaint, setTaints, addPod, updatePod, deletePod, addNode, deleteNode; found {found}"
+                    ),
+                ));
+            }
+            let change = changes.remove(0);
+            events.push(Event {
+                at: e.at,
+                change,
+                index: i,
+            });
+        }
+        // Same `at`: file order (a stable sort keeps it).
+        events.sort_by_key(|e| e.at);
+        let scenario = Scenario {
+            until: raw.until,
+            nodes: raw.nodes,
+            pods: raw.pods,
+            events,
+        };
+        scenario.validate().map_err(|(f, m)| invalid(f, m))?;
+        Ok(scenario)
+    }
+
+    /// Everything serde cannot check: valid effects and operators, unique names, and events
+    /// that refer to nodes and pods existing at that time.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let mut nodes = BTreeSet::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let field = format!("nodes[{i}]");
+            check_name(&n.name).map_err(|m| (format!("{field}.name"), m))?;
+            if !nodes.insert(n.name.clone()) {
+                return Err((format!("{field}.name"), format!("node {} is listed twice", n.name)));
+            }
+            check_taints(&n.taints, &format!("{field}.taints"))?;
+        }
+        let mut pods = BTreeSet::new();
+        for (i, p) in self.pods.iter().enumerate() {
+            let field = format!("pods[{i}]");
+            check_pod(p, &field)?;
+            if !pods.insert((p.namespace.clone(), p.name.clone())) {
+                return Err((
+                    format!("{field}.name"),
+                    format!("pod {}/{} is listed twice", p.namespace, p.name),
+                ));
+            }
+        }
+        for e in &self.events {
+            let field = format!("events[{}]", e.index);
+            let at = e.at;
+            let node_exists = |nodes: &BTreeSet<String>, node: &str, what: &str| {
+                if nodes.contains(node) {
+                    Ok(())
+                } else {
+                    Err((
+                        format!("{field}.{what}"),
+                        format!("node {node} does not exist at {at}"),
+                    ))
+                }
+            };
+            match &e.change {
+                Change::AddTaint(t) => {
+                    node_exists(&nodes, &t.node, "addTaint.node")?;
+                    check_taints(std::slice::from_ref(&t.taint), &format!("{field}.addTaint.taint"))?;
+                }
+                Change::RemoveTaint(t) => {
+                    node_exists(&nodes, &t.node, "removeTaint.node")?;
+                    if let Some(effect) = &t.effect {
+                        check_effect(effect).map_err(|m| (format!("{field}.removeTaint.effect"), m))?;
+                    }
+                }
+                Change::SetTaints(t) => {
+                    node_exists(&nodes, &t.node, "setTaints.node")?;
+                    check_taints(&t.taints, &format!("{field}.setTaints.taints"))?;
+                }
+                Change::AddNode(n) => {
+                    check_name(&n.name).map_err(|m| (format!("{field}.addNode.name"), m))?;
+                    check_taints(&n.taints, &format!("{field}.addNode.taints"))?;
+                    if !nodes.insert(n.name.clone()) {
+                        return Err((
+                            format!("{field}.addNode.name"),
+                            format!("node {} already exists at {at}", n.name),
+                        ));
+                    }
+                }
+                Change::DeleteNode(n) => {
+                    node_exists(&nodes, &n.name, "deleteNode.name")?;
+                    nodes.remove(&n.name);
+                }
+                Change::AddPod(p) => {
+                    check_pod(p, &format!("{field}.addPod"))?;
+                    if !pods.insert((p.namespace.clone(), p.name.clone())) {
+                        return Err((
+                            format!("{field}.addPod.name"),
+                            format!("pod {}/{} already exists at {at}", p.namespace, p.name),
+                        ));
+                    }
+                }
+                Change::UpdatePod(u) => {
+                    if !pods.contains(&(u.namespace.clone(), u.name.clone())) {
+                        return Err((
+                            format!("{field}.updatePod.name"),
+                            format!(
+                                "pod {}/{} does not exist at {at}",
+                                u.namespace, u.name
+                            ),
+                        ));
+                    }
+                    if let Some(t) = &u.tolerations {
+                        check_tolerations(t, &format!("{field}.updatePod.tolerations"))?;
+                    }
+                }
+                Change::DeletePod(k) => {
+                    if !pods.remove(&(k.namespace.clone(), k.name.clone())) {
+                        return Err((
+                            format!("{field}.deletePod.name"),
+                            format!("pod {}/{} does not exist at {at}", k.namespace, k.name),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        Err("must not be empty".into())
+    } else if name.contains('/') || name.chars().any(char::is_whitespace) {
+        Err(format!("{name:?} is not a valid object name"))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_effect(effect: &str) -> Result<(), String> {
+    match effect {
+        "NoSchedule" | "PreferNoSchedule" | "NoExecute" => Ok(()),
+        other => Err(format!(
+            "unknown effect {other:?}; expected NoSchedule, PreferNoSchedule or NoExecute"
+        )),
+    }
+}
+
+fn check_taints(taints: &[TaintSpec], field: &str) -> Result<(), (String, String)> {
+    for (i, t) in taints.iter().enumerate() {
+        if t.key.is_empty() {
+            return Err((format!("{field}[{i}].key"), "must not be empty".into()));
+        }
+        check_effect(&t.effect).map_err(|m| (format!("{field}[{i}].effect"), m))?;
+    }
+    Ok(())
+}
+
+fn check_tolerations(tolerations: &[TolerationSpec], field: &str) -> Result<(), (String, String)> {
+    for (i, t) in tolerations.iter().enumerate() {
+        let f = |name: &str| format!("{field}[{i}].{name}");
+        match t.operator.as_str() {
+            "" | "Equal" | "Lt" | "Gt" => {
+                if t.key.is_empty() {
+                    return Err((f("operator"), "an empty key requires operator Exists".into()));
+                }
+            }
+            "Exists" => {
+                if !t.value.is_empty() {
+                    return Err((f("value"), "must be empty with operator Exists".into()));
+                }
+            }
+            other => {
+                return Err((
+                    f("operator"),
+                    format!("unknown operator {other:?}; expected Equal, Exists, Lt or Gt"),
+                ));
+            }
+        }
+        if !t.effect.is_empty() {
+            check_effect(&t.effect).map_err(|m| (f("effect"), m))?;
+        }
+        if t.toleration_seconds.is_some() && !t.effect.is_empty() && t.effect != "NoExecute" {
+            return Err((
+                f("tolerationSeconds"),
+                "only applies to effect NoExecute (or an empty effect)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_pod(p: &PodSpec, field: &str) -> Result<(), (String, String)> {
+    check_name(&p.name).map_err(|m| (format!("{field}.name"), m))?;
+    check_name(&p.namespace).map_err(|m| (format!("{field}.namespace"), m))?;
+    check_tolerations(&p.tolerations, &format!("{field}.tolerations"))
+}
+
+/// An engine taint from a scenario taint, stamped with `added`.
+pub fn taint(t: &TaintSpec, added: Time) -> Taint {
+    Taint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: Effect::parse(&t.effect),
+        time_added: Some(added),
+    }
+}
+
+/// An engine toleration from a scenario toleration.
+pub fn toleration(t: &TolerationSpec) -> Toleration {
+    Toleration {
+        key: t.key.clone(),
+        operator: Operator::parse(&t.operator),
+        value: t.value.clone(),
+        effect: (!t.effect.is_empty()).then(|| Effect::parse(&t.effect)),
+        toleration_seconds: t.toleration_seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse(Path::new("s.yaml"), text)
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(Offset::parse("90s"), Ok(Offset(90_000)));
+        assert_eq!(Offset::parse("5m"), Ok(Offset(300_000)));
+        assert_eq!(Offset::parse("1h30m"), Ok(Offset(5_400_000)));
+        assert_eq!(Offset::parse("250ms"), Ok(Offset(250)));
+        assert_eq!(Offset::parse("1.5s"), Ok(Offset(1_500)));
+        assert_eq!(Offset::parse("42"), Ok(Offset(42_000)));
+        assert!(Offset::parse("5x").is_err());
+        assert!(Offset::parse("5m3").is_err());
+        assert!(Offset::parse("-5").is_err());
+        assert!(Offset::parse("s").is_err());
+        assert!(Offset::parse("").is_err());
+    }
+
+    #[test]
+    fn events_sort_by_time_then_file_order() {
+        let s = parse(
+            "nodes: [{name: a}]\nevents:\n- {at: 20s, deleteNode: {name: a}}\n- {at: 10s, addTaint: {node: a, taint: {key: k, effect: NoExecute}}}\n- {at: 10s, removeTaint: {node: a, key: k}}\n",
+        );
+        let s = s.unwrap_or_else(|e| panic!("{e}"));
+        let order: Vec<usize> = s.events.iter().map(|e| e.index).collect();
+        assert_eq!(order, vec![1, 2, 0]);
+    }
+
+    #[test]
+    fn syntax_errors_carry_line_and_column() {
+        let err = parse("nodes:\n  - name: a\n    taints: [{key: k, effect: NoExecute, colour: red}]\n")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.starts_with("s.yaml:3:"), "{err}");
+        assert!(err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_field() {
+        let cases = [
+            ("nodes: [{name: a, taints: [{key: k, effect: NoExecut}]}]", "nodes[0].taints[0].effect"),
+            ("pods: [{name: p, tolerations: [{operator: Equal, value: v}]}]", "pods[0].tolerations[0].operator"),
+            ("events: [{at: 1s}]", "events[0]"),
+            ("events: [{at: 1s, deleteNode: {name: x}}]", "events[0].deleteNode.name"),
+            (
+                "nodes: [{name: a}]\nevents: [{at: 1s, deleteNode: {name: a}, addNode: {name: b}}]",
+                "events[0]",
+            ),
+            ("pods: [{name: p}, {name: p}]", "pods[1].name"),
+            ("events: [{at: 1s, updatePod: {name: p}}]", "events[0].updatePod.name"),
+        ];
+        for (text, field) in cases {
+            let err = parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.starts_with(&format!("s.yaml: {field}:")), "{text}\n=> {err}");
+        }
+    }
+
+    #[test]
+    fn bad_durations_are_syntax_errors_with_position() {
+        let err = parse("until: 5 minutes").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.starts_with("s.yaml:1:"), "{err}");
+    }
+}

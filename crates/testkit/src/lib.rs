@@ -1,0 +1,448 @@
+//! # noexecute-testkit
+//!
+//! Support for tests against a real control plane: kube-apiserver + etcd (and, when asked,
+//! kube-controller-manager) built from the Go module proxy by `scripts/build-kube` and run by
+//! `scripts/cluster`. No mocks.
+//!
+//! - [`Plane::shared`] starts or reuses one plane per test binary (state in
+//!   `target/cluster-<name>/`), so binaries that need different controllers never share one.
+//! - [`TestNamespace`] gives each test its own namespace and remembers the nodes it created, so
+//!   tests can run in parallel on one plane.
+//! - [`pod`], [`node`] and the `taint*` helpers build objects; there is no kubelet, so pods are
+//!   bound with `spec.nodeName` and stay `Pending`.
+//! - [`wait_evicted`] and [`assert_not_evicted_for`] are bounded waits on a watch: "evicted"
+//!   means the pod is gone or has a `deletionTimestamp`, and "not evicted" is checked over the
+//!   whole window, not at one instant.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{
+    Container, Event, Namespace, Node, NodeSpec, Pod, PodCondition, PodSpec, Taint, Toleration,
+};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Api, Client, Config};
+
+/// The repository root (this crate lives in `crates/testkit`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+/// A running control plane started by `scripts/cluster`.
+#[derive(Debug, Clone)]
+pub struct Plane {
+    pub name: String,
+    pub state_dir: PathBuf,
+    /// Admin (`system:masters`) kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// Kubeconfig of `system:serviceaccount:noexecute:noexecute`: exactly what `deploy/`'s RBAC
+    /// grants, nothing more.
+    pub controller_kubeconfig: PathBuf,
+    /// Variables from the plane's `env` file (bin dir, ports, URLs).
+    pub env: BTreeMap<String, String>,
+}
+
+impl Plane {
+    /// Start the plane `name`, or reuse it if it is already up, with kube-controller-manager
+    /// running exactly `controllers` (none if empty). Blocking; safe to call from many threads.
+    pub fn up(name: &str, controllers: &[&str]) -> Result<Plane> {
+        let root = repo_root();
+        let state_dir = root.join("target").join(format!("cluster-{name}"));
+        let output = Command::new(root.join("scripts/cluster"))
+            .arg("up")
+            .arg(format!("--with-controllers={}", controllers.join(",")))
+            .env("NOEXECUTE_CLUSTER_DIR", &state_dir)
+            .output()
+            .context("running scripts/cluster up")?;
+        if !output.status.success() {
+            bail!(
+                "scripts/cluster up failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let env = read_env(&state_dir.join("env"))?;
+        Ok(Plane {
+            name: name.to_string(),
+            kubeconfig: state_dir.join("kubeconfig"),
+            controller_kubeconfig: state_dir.join("controller.kubeconfig"),
+            state_dir,
+            env,
+        })
+    }
+
+    /// The plane for this test binary, started on first use. A failure to start is reported to
+    /// every test that asks (and fails it), rather than silently skipping anything.
+    pub fn shared(name: &str, controllers: &[&str]) -> Result<&'static Plane> {
+        static PLANE: OnceLock<std::result::Result<Plane, String>> = OnceLock::new();
+        PLANE
+            .get_or_init(|| Plane::up(name, controllers).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| anyhow!("control plane {name} did not start: {e}"))
+    }
+
+    /// Run `scripts/cluster` with `args` against this plane.
+    pub fn script(&self, args: &[&str]) -> Result<String> {
+        let output = Command::new(repo_root().join("scripts/cluster"))
+            .args(args)
+            .env("NOEXECUTE_CLUSTER_DIR", &self.state_dir)
+            .output()
+            .with_context(|| format!("running scripts/cluster {args:?}"))?;
+        if !output.status.success() {
+            bail!(
+                "scripts/cluster {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// A client with admin rights. Make one per test: a client is tied to the runtime it was
+    /// made on.
+    pub async fn admin_client(&self) -> Result<Client> {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// A client with only the controller's RBAC.
+    pub async fn controller_client(&self) -> Result<Client> {
+        client_from(&self.controller_kubeconfig).await
+    }
+}
+
+fn read_env(path: &Path) -> Result<BTreeMap<String, String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches(['\'', '"']).to_string()))
+        .collect())
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// A namespace of one's own, with the nodes the test created. Call [`TestNamespace::cleanup`]
+/// at the end (a failed test leaves its objects behind; the plane is torn down after the run).
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+    nodes: std::sync::Mutex<Vec<String>>,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TestNamespace {
+    pub async fn create(client: &Client, prefix: &str) -> Result<TestNamespace> {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() % 1_000_000)
+            .unwrap_or(0);
+        let prefix: String = prefix
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(40)
+            .collect();
+        let name = format!("{prefix}-{}-{stamp}-{n}", std::process::id() % 10_000);
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(TestNamespace {
+            name,
+            client: client.clone(),
+            nodes: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// A node name unique to this namespace.
+    pub fn node_name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.name)
+    }
+
+    /// Create a node (named [`TestNamespace::node_name`]) with `taints`.
+    pub async fn create_node(&self, suffix: &str, taints: Vec<Taint>) -> Result<String> {
+        let name = self.node_name(suffix);
+        self.nodes()
+            .create(&PostParams::default(), &node(&name, taints))
+            .await
+            .with_context(|| format!("creating node {name}"))?;
+        if let Ok(mut nodes) = self.nodes.lock() {
+            nodes.push(name.clone());
+        }
+        Ok(name)
+    }
+
+    pub async fn create_pod(&self, pod: &Pod) -> Result<Pod> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        self.pods()
+            .create(&PostParams::default(), pod)
+            .await
+            .with_context(|| format!("creating pod {}/{name}", self.name))
+    }
+
+    /// Force-delete every pod in the namespace and the nodes this test created. The namespace
+    /// itself is left: without a namespace controller it would stay `Terminating` anyway.
+    pub async fn cleanup(&self) -> Result<()> {
+        let pods = self.pods();
+        for p in pods.list(&ListParams::default()).await? {
+            let name = p.metadata.name.unwrap_or_default();
+            let _ = pods
+                .delete(&name, &DeleteParams::default().grace_period(0))
+                .await;
+        }
+        let nodes: Vec<String> = self.nodes.lock().map(|n| n.clone()).unwrap_or_default();
+        for n in nodes {
+            let _ = self.nodes().delete(&n, &DeleteParams::default()).await;
+        }
+        Ok(())
+    }
+}
+
+/// A `NoExecute` taint.
+pub fn no_execute(key: &str, value: &str) -> Taint {
+    Taint {
+        key: key.into(),
+        value: (!value.is_empty()).then(|| value.into()),
+        effect: "NoExecute".into(),
+        time_added: None,
+    }
+}
+
+/// A toleration of `key` (`Exists`, effect `NoExecute`) for `seconds`, or forever.
+pub fn tolerate(key: &str, seconds: Option<i64>) -> Toleration {
+    Toleration {
+        key: Some(key.into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoExecute".into()),
+        toleration_seconds: seconds,
+        value: None,
+    }
+}
+
+pub fn node(name: &str, taints: Vec<Taint>) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: (!taints.is_empty()).then_some(taints),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A pod bound to `node` with `tolerations`. Its grace period is the default 30 s, so an
+/// evicted pod stays visible (Terminating) for inspection; pass `Some(0)` to have it vanish.
+pub fn pod(name: &str, node: &str, tolerations: Vec<Toleration>, grace: Option<i64>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("app".to_string(), "noexecute-test".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            termination_grace_period_seconds: grace,
+            tolerations: (!tolerations.is_empty()).then_some(tolerations),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("registry.invalid/pause:3".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Replace a node's taints (a merge patch on `spec.taints`).
+pub async fn set_taints(nodes: &Api<Node>, name: &str, taints: Vec<Taint>) -> Result<()> {
+    let patch = serde_json::json!({ "spec": { "taints": taints } });
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("setting the taints of node {name}"))?;
+    Ok(())
+}
+
+/// Add a taint to a node, keeping the others.
+pub async fn add_taint(nodes: &Api<Node>, name: &str, taint: Taint) -> Result<()> {
+    let node = nodes.get(name).await?;
+    let mut taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.push(taint);
+    set_taints(nodes, name, taints).await
+}
+
+/// Remove the taints with `key` from a node.
+pub async fn remove_taint(nodes: &Api<Node>, name: &str, key: &str) -> Result<()> {
+    let node = nodes.get(name).await?;
+    let taints: Vec<Taint> = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != key)
+        .collect();
+    set_taints(nodes, name, taints).await
+}
+
+/// How a pod was seen to be evicted.
+#[derive(Debug, Clone)]
+pub struct Evicted {
+    /// When the watch showed it (not the API's one-second timestamps).
+    pub seen_at: Instant,
+    /// The last version of the pod seen (carrying its conditions), if any.
+    pub last: Option<Pod>,
+    /// It was deleted outright rather than marked for deletion.
+    pub gone: bool,
+}
+
+fn is_evicted(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Watch `name` until it is evicted (gone, or `deletionTimestamp` set), for at most `timeout`.
+pub async fn wait_evicted(pods: &Api<Pod>, name: &str, timeout: Duration) -> Result<Evicted> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(pods.clone(), config).boxed();
+    let mut seen_any = false;
+    let watch = async {
+        while let Some(event) = stream.try_next().await? {
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    seen_any = true;
+                    if is_evicted(&p) {
+                        return Ok(Evicted {
+                            seen_at: Instant::now(),
+                            last: Some(p),
+                            gone: false,
+                        });
+                    }
+                }
+                watcher::Event::Delete(p) => {
+                    return Ok(Evicted {
+                        seen_at: Instant::now(),
+                        last: Some(p),
+                        gone: true,
+                    });
+                }
+                watcher::Event::InitDone if !seen_any => {
+                    return Ok(Evicted {
+                        seen_at: Instant::now(),
+                        last: None,
+                        gone: true,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Err(anyhow!("the watch of pod {name} ended"))
+    };
+    match tokio::time::timeout(timeout, watch).await {
+        Ok(result) => result,
+        Err(_) => bail!("pod {name} was not evicted within {timeout:?}"),
+    }
+}
+
+/// Watch `name` for the whole of `window` and fail if it is evicted at any point in it.
+pub async fn assert_not_evicted_for(pods: &Api<Pod>, name: &str, window: Duration) -> Result<()> {
+    let started = Instant::now();
+    match wait_evicted(pods, name, window).await {
+        Ok(e) => bail!(
+            "pod {name} was evicted {:?} into a {window:?} window where it must not be",
+            e.seen_at.duration_since(started)
+        ),
+        Err(e) if e.to_string().contains("was not evicted within") => {
+            // And it is still there, unmarked, at the end of the window.
+            let pod = pods.get(name).await?;
+            if is_evicted(&pod) {
+                bail!("pod {name} is marked for deletion at the end of the window");
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The pod's condition of type `type_`, if present.
+pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// core/v1 Events about pod `name`, oldest first.
+pub async fn pod_events(client: &Client, namespace: &str, name: &str) -> Result<Vec<Event>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.name={name},involvedObject.kind=Pod"
+    ));
+    let mut list = events.list(&lp).await?.items;
+    list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    Ok(list)
+}
+
+/// Poll `f` every 100 ms until it returns `Some`, for at most `timeout`. For state that has no
+/// watchable object (events, metrics).
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("{what}: not true within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
