@@ -89,7 +89,9 @@ impl Offset {
 
     fn from_secs(secs: f64) -> Result<Offset, String> {
         if !secs.is_finite() || secs < 0.0 {
-            return Err(format!("duration must be a non-negative number of seconds, got {secs}"));
+            return Err(format!(
+                "duration must be a non-negative number of seconds, got {secs}"
+            ));
         }
         if secs > 1e12 {
             return Err(format!("duration of {secs} seconds is too long"));
@@ -384,12 +386,21 @@ impl Scenario {
     /// Everything serde cannot check: valid effects and operators, unique names, and events
     /// that refer to nodes and pods existing at that time.
     fn validate(&self) -> Result<(), (String, String)> {
+        if self.nodes.is_empty() && self.pods.is_empty() && self.events.is_empty() {
+            return Err((
+                "nodes".into(),
+                "the scenario is empty: give nodes, pods or events".into(),
+            ));
+        }
         let mut nodes = BTreeSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
             let field = format!("nodes[{i}]");
             check_name(&n.name).map_err(|m| (format!("{field}.name"), m))?;
             if !nodes.insert(n.name.clone()) {
-                return Err((format!("{field}.name"), format!("node {} is listed twice", n.name)));
+                return Err((
+                    format!("{field}.name"),
+                    format!("node {} is listed twice", n.name),
+                ));
             }
             check_taints(&n.taints, &format!("{field}.taints"))?;
         }
@@ -420,12 +431,16 @@ impl Scenario {
             match &e.change {
                 Change::AddTaint(t) => {
                     node_exists(&nodes, &t.node, "addTaint.node")?;
-                    check_taints(std::slice::from_ref(&t.taint), &format!("{field}.addTaint.taint"))?;
+                    check_taints(
+                        std::slice::from_ref(&t.taint),
+                        &format!("{field}.addTaint.taint"),
+                    )?;
                 }
                 Change::RemoveTaint(t) => {
                     node_exists(&nodes, &t.node, "removeTaint.node")?;
                     if let Some(effect) = &t.effect {
-                        check_effect(effect).map_err(|m| (format!("{field}.removeTaint.effect"), m))?;
+                        check_effect(effect)
+                            .map_err(|m| (format!("{field}.removeTaint.effect"), m))?;
                     }
                 }
                 Change::SetTaints(t) => {
@@ -459,10 +474,7 @@ impl Scenario {
                     if !pods.contains(&(u.namespace.clone(), u.name.clone())) {
                         return Err((
                             format!("{field}.updatePod.name"),
-                            format!(
-                                "pod {}/{} does not exist at {at}",
-                                u.namespace, u.name
-                            ),
+                            format!("pod {}/{} does not exist at {at}", u.namespace, u.name),
                         ));
                     }
                     if let Some(t) = &u.tolerations {
@@ -518,7 +530,10 @@ fn check_tolerations(tolerations: &[TolerationSpec], field: &str) -> Result<(), 
         match t.operator.as_str() {
             "" | "Equal" | "Lt" | "Gt" => {
                 if t.key.is_empty() {
-                    return Err((f("operator"), "an empty key requires operator Exists".into()));
+                    return Err((
+                        f("operator"),
+                        "an empty key requires operator Exists".into(),
+                    ));
                 }
             }
             "Exists" => {
@@ -608,10 +623,11 @@ mod tests {
 
     #[test]
     fn syntax_errors_carry_line_and_column() {
-        let err = parse("nodes:\n  - name: a\n    taints: [{key: k, effect: NoExecute, colour: red}]\n")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err =
+            parse("nodes:\n  - name: a\n    taints: [{key: k, effect: NoExecute, colour: red}]\n")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
         assert!(err.starts_with("s.yaml:3:"), "{err}");
         assert!(err.contains("colour"), "{err}");
     }
@@ -619,26 +635,44 @@ mod tests {
     #[test]
     fn semantic_errors_name_the_field() {
         let cases = [
-            ("nodes: [{name: a, taints: [{key: k, effect: NoExecut}]}]", "nodes[0].taints[0].effect"),
-            ("pods: [{name: p, tolerations: [{operator: Equal, value: v}]}]", "pods[0].tolerations[0].operator"),
+            (
+                "nodes: [{name: a, taints: [{key: k, effect: NoExecut}]}]",
+                "nodes[0].taints[0].effect",
+            ),
+            (
+                "pods: [{name: p, tolerations: [{operator: Equal, value: v}]}]",
+                "pods[0].tolerations[0].operator",
+            ),
             ("events: [{at: 1s}]", "events[0]"),
-            ("events: [{at: 1s, deleteNode: {name: x}}]", "events[0].deleteNode.name"),
+            (
+                "events: [{at: 1s, deleteNode: {name: x}}]",
+                "events[0].deleteNode.name",
+            ),
             (
                 "nodes: [{name: a}]\nevents: [{at: 1s, deleteNode: {name: a}, addNode: {name: b}}]",
                 "events[0]",
             ),
             ("pods: [{name: p}, {name: p}]", "pods[1].name"),
-            ("events: [{at: 1s, updatePod: {name: p}}]", "events[0].updatePod.name"),
+            (
+                "events: [{at: 1s, updatePod: {name: p}}]",
+                "events[0].updatePod.name",
+            ),
         ];
         for (text, field) in cases {
             let err = parse(text).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(err.starts_with(&format!("s.yaml: {field}:")), "{text}\n=> {err}");
+            assert!(
+                err.starts_with(&format!("s.yaml: {field}:")),
+                "{text}\n=> {err}"
+            );
         }
     }
 
     #[test]
     fn bad_durations_are_syntax_errors_with_position() {
-        let err = parse("until: 5 minutes").err().map(|e| e.to_string()).unwrap_or_default();
+        let err = parse("until: 5 minutes")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.starts_with("s.yaml:1:"), "{err}");
     }
 }

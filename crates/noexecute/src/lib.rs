@@ -1,0 +1,19 @@
+//! # noexecute
+//!
+//! The shell around [`noexecute_engine`]: the `noexecute` command and everything that touches
+//! the outside world. Each subcommand drives the same engine:
+//!
+//! - `simulate` ([`simulate`]): a scenario file on a virtual clock, printed as a timeline
+//!   ([`report`]) or drawn ([`plot`]).
+//! - `plan` and `explain`: a real cluster's state (a snapshot file or a read-only live read) with
+//!   hypothetical taints.
+//! - `run`: the production controller.
+
+#![deny(rust_2018_idioms)]
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod plot;
+pub mod report;
+pub mod scenario;
+pub mod simulate;

@@ -1,0 +1,117 @@
+//! How a timeline is printed: an aligned table for people, or one JSON object per line.
+
+use std::io::{self, Write};
+
+use noexecute_engine::Time;
+use serde::Serialize;
+
+use crate::simulate::{Kind, Timeline};
+
+/// Seconds from the start, as printed.
+fn secs(t: Time) -> f64 {
+    t.as_millis() as f64 / 1000.0
+}
+
+fn fmt_secs(t: Time) -> String {
+    format!("{:.1}s", secs(t))
+}
+
+pub fn table(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
+    let rows: Vec<[String; 6]> = t
+        .entries
+        .iter()
+        .map(|e| {
+            let deadline = match e.kind {
+                Kind::Scheduled { deadline } => fmt_secs(deadline),
+                _ => String::new(),
+            };
+            [
+                fmt_secs(e.at),
+                e.kind.name().to_string(),
+                e.pod.clone(),
+                e.node.clone().unwrap_or_else(|| "-".into()),
+                deadline,
+                e.reason.clone(),
+            ]
+        })
+        .collect();
+    let header = ["AT", "EVENT", "POD", "NODE", "DEADLINE", "REASON"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |w: &mut dyn Write, cells: [&str; 6]| -> io::Result<()> {
+        writeln!(
+            w,
+            "{:>w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4],
+        )
+    };
+    line(w, header)?;
+    for row in &rows {
+        line(w, [&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]])?;
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{} of {} pods evicted; {} eviction(s) still pending at {}.",
+        t.evicted(),
+        t.pods_seen,
+        t.pending.len(),
+        fmt_secs(t.end)
+    )?;
+    for (pod, node, deadline) in t.pending.iter().take(20) {
+        writeln!(
+            w,
+            "  pending: {pod} on {} due at {}",
+            node.as_deref().unwrap_or("-"),
+            fmt_secs(*deadline)
+        )?;
+    }
+    if t.pending.len() > 20 {
+        writeln!(w, "  … and {} more", t.pending.len() - 20)?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    at: f64,
+    event: &'a str,
+    pod: &'a str,
+    node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline: Option<f64>,
+    reason: &'a str,
+}
+
+pub fn json_lines(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
+    for e in &t.entries {
+        let line = Line {
+            at: secs(e.at),
+            event: e.kind.name(),
+            pod: &e.pod,
+            node: e.node.as_deref(),
+            deadline: match e.kind {
+                Kind::Scheduled { deadline } => Some(secs(deadline)),
+                _ => None,
+            },
+            reason: &e.reason,
+        };
+        serde_json::to_writer(&mut *w, &line)?;
+        writeln!(w)?;
+    }
+    Ok(())
+}

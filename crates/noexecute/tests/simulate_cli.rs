@@ -1,0 +1,238 @@
+//! `noexecute simulate` end to end: the examples give the timelines they promise, the JSON
+//! output has the documented shape, and bad input fails cleanly with the file and the place.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn noexecute(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_noexecute"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("running noexecute")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn json_lines(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = noexecute(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// (at, event, pod) of every line.
+fn events(lines: &[serde_json::Value]) -> Vec<(f64, String, String)> {
+    lines
+        .iter()
+        .map(|l| {
+            (
+                l["at"].as_f64().unwrap(),
+                l["event"].as_str().unwrap().to_string(),
+                l["pod"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn node_maintenance_timeline() {
+    let lines = json_lines(&[
+        "simulate",
+        "examples/node-maintenance.yaml",
+        "--output",
+        "json",
+    ]);
+    let got = events(&lines);
+    let want = vec![
+        (10.0, "evicted", "jobs/batch-7f9c"),
+        (10.0, "scheduled", "shop/cache-0"),
+        (10.0, "scheduled", "shop/db-0"),
+        (40.0, "evicted", "shop/cache-0"),
+        (300.0, "cancelled", "shop/db-0"),
+    ];
+    let want: Vec<(f64, String, String)> = want
+        .into_iter()
+        .map(|(a, e, p)| (a, e.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(got, want);
+    // The documented shape: scheduled lines carry the deadline; every line names the node.
+    assert_eq!(lines[1]["deadline"].as_f64(), Some(40.0));
+    assert_eq!(lines[1]["node"].as_str(), Some("node-1"));
+    assert!(lines[0].get("deadline").is_none());
+    assert!(
+        lines[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("example.com/maintenance=planned:NoExecute is not tolerated")
+    );
+}
+
+#[test]
+fn cni_startup_timeline() {
+    let got = events(&json_lines(&[
+        "simulate",
+        "examples/cni-startup.yaml",
+        "-o",
+        "json",
+    ]));
+    let got: Vec<(f64, &str, &str)> = got
+        .iter()
+        .map(|(a, e, p)| (*a, e.as_str(), p.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0.0, "evicted", "default/early-bird"),
+            (0.0, "scheduled", "default/patient"),
+            (20.0, "cancelled", "default/patient"),
+        ]
+    );
+}
+
+#[test]
+fn zone_outage_evicts_zone_a_only_and_spares_the_recovered_node() {
+    let got = events(&json_lines(&[
+        "simulate",
+        "examples/zone-outage.yaml",
+        "-o",
+        "json",
+    ]));
+    let evicted: Vec<&(f64, String, String)> = got.iter().filter(|e| e.1 == "evicted").collect();
+    assert_eq!(evicted.len(), 19);
+    assert!(evicted.iter().all(|e| e.2.contains("-a-")), "only zone a");
+    for e in &evicted {
+        let expected = if e.2.starts_with("shop/api-") {
+            120.0
+        } else {
+            360.0
+        };
+        assert_eq!(e.0, expected, "{e:?}");
+    }
+    assert!(
+        !evicted.iter().any(|e| e.2 == "shop/web-a-3"),
+        "a-3 recovered in time"
+    );
+    assert!(got.contains(&(200.0, "cancelled".into(), "shop/web-a-3".into())));
+    assert!(
+        !got.iter().any(|e| e.2.starts_with("kube-system/")),
+        "the agent tolerates forever"
+    );
+}
+
+#[test]
+fn default_tolerations_flag_adds_the_admission_plugins_tolerations() {
+    let dir = std::env::temp_dir().join(format!("noexecute-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("unreachable.yaml");
+    std::fs::write(
+        &file,
+        "nodes: [{name: n}]\npods: [{name: p, nodeName: n}]\nevents: [{at: 10s, addTaint: {node: n, taint: {key: node.kubernetes.io/unreachable, effect: NoExecute}}}]\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let without = events(&json_lines(&["simulate", path, "-o", "json"]));
+    assert_eq!(without, vec![(10.0, "evicted".into(), "default/p".into())]);
+    let with = events(&json_lines(&[
+        "simulate",
+        path,
+        "-o",
+        "json",
+        "--default-tolerations",
+    ]));
+    assert_eq!(
+        with,
+        vec![
+            (10.0, "scheduled".into(), "default/p".into()),
+            (310.0, "evicted".into(), "default/p".into())
+        ]
+    );
+}
+
+#[test]
+fn table_output_and_plot() {
+    let svg = std::env::temp_dir().join(format!("noexecute-plot-{}.svg", std::process::id()));
+    let out = noexecute(&[
+        "simulate",
+        "examples/zone-outage.yaml",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.starts_with("    AT  EVENT"), "{table}");
+    assert!(table.contains("19 of 90 pods evicted"), "{table}");
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.starts_with("<svg"));
+    assert!(
+        svg.contains("zone a (19)") && svg.contains("zone b (0)"),
+        "one line per zone"
+    );
+}
+
+/// Bad input: a non-zero exit, a message naming the file and the place, never a panic.
+fn fails_with(contents: &str, expected: &[&str]) {
+    let dir = std::env::temp_dir().join(format!("noexecute-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = expected.join("").len();
+    let file = dir.join(format!("bad-{n}.yaml"));
+    std::fs::write(&file, contents).unwrap();
+    let out = noexecute(&["simulate", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{contents:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains(file.to_str().unwrap()),
+        "names the file: {stderr}"
+    );
+    for e in expected {
+        assert!(stderr.contains(e), "expected {e:?} in: {stderr}");
+    }
+    assert!(out.stdout.is_empty(), "nothing half-printed");
+}
+
+#[test]
+fn bad_input_is_reported_with_file_and_place() {
+    fails_with(
+        "nodes: [{name: a, taints: [{key: k, effect: NoExecute, colour: red}]}]",
+        &[":1:", "unknown field `colour`"],
+    );
+    fails_with(
+        "nodes:\n  - name: a\n    taints: {key: k}\n",
+        &[":3:", "invalid type"],
+    );
+    fails_with("until: soon\n", &[":1:", "duration"]);
+    fails_with(
+        "nodes: [{name: a, taints: [{key: k, effect: NoExecut}]}]",
+        &["nodes[0].taints[0].effect", "unknown effect"],
+    );
+    fails_with(
+        "pods: [{name: p, tolerations: [{key: k, tolerationSeconds: ten}]}]",
+        &[":1:", "tolerationSeconds"],
+    );
+    fails_with(
+        "events: [{at: 5s, removeTaint: {node: ghost, key: k}}]",
+        &["events[0].removeTaint.node", "ghost"],
+    );
+    fails_with(": : :\n\t- [", &[":"]);
+    fails_with("", &["the scenario is empty"]);
+    fails_with("# nothing but a comment\n", &["the scenario is empty"]);
+}
+
+#[test]
+fn missing_file_is_reported() {
+    let out = noexecute(&["simulate", "no/such/scenario.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no/such/scenario.yaml"), "{stderr}");
+}
