@@ -8,8 +8,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use noexecute_engine::Config;
 
+use crate::plan;
 use crate::scenario::{Offset, Scenario};
-use crate::{plot, report, simulate};
+use crate::state::ClusterState;
+use crate::{explain, plot, report, simulate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,6 +28,131 @@ pub struct Cli {
 pub enum Command {
     /// Run a scenario on a virtual clock and print the eviction timeline.
     Simulate(SimulateArgs),
+    /// Who a real cluster would evict, and when, if these taints were added now; who is safe.
+    Plan(PlanArgs),
+    /// Why a pod would (or would not) be evicted: its tolerations against its node's taints.
+    Explain(ExplainArgs),
+}
+
+/// Where `plan` and `explain` read the cluster from.
+#[derive(Debug, Args, Clone)]
+pub struct SourceArgs {
+    /// A snapshot file: the output of `kubectl get nodes,pods -A -o json`. Without it the
+    /// cluster is read live (read-only: list calls only).
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Kubeconfig for a live read (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, value_name = "PATH", conflicts_with = "snapshot")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for a live read.
+    #[arg(long, conflicts_with = "snapshot")]
+    pub context: Option<String>,
+}
+
+impl SourceArgs {
+    pub fn load(&self) -> Result<ClusterState> {
+        if let Some(path) = &self.snapshot {
+            return Ok(ClusterState::from_file(path)?);
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(async {
+            let client =
+                crate::cli::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
+            ClusterState::from_cluster(client).await
+        })
+    }
+}
+
+/// A kube client from an explicit kubeconfig, or the default chain.
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> Result<kube::Client> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer()
+            .await
+            .context("finding a kubeconfig or in-cluster config")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The hypothetical taints of `plan` and `explain`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct HypothesisArgs {
+    /// Add a taint to a node: NODE=key[=value]:Effect (repeatable).
+    #[arg(long = "taint", value_name = "NODE=TAINT", value_parser = plan::parse_node_taint)]
+    pub taints: Vec<plan::NodeTaint>,
+    /// Add a taint to every node matching a label selector (k=v, k!=v, k, !k, comma-joined):
+    /// --taint-selector topology.kubernetes.io/zone=a node.kubernetes.io/unreachable:NoExecute
+    #[arg(long = "taint-selector", num_args = 2, value_names = ["SELECTOR", "TAINT"])]
+    pub selectors: Vec<String>,
+}
+
+impl HypothesisArgs {
+    pub fn hypothesis(&self) -> Result<plan::Hypothesis> {
+        let mut selected = Vec::new();
+        for pair in self.selectors.chunks(2) {
+            let [selector, taint] = pair else {
+                anyhow::bail!("--taint-selector takes a SELECTOR and a TAINT");
+            };
+            let selector = plan::Selector::parse(selector).map_err(anyhow::Error::msg)?;
+            let taint = plan::parse_taint(taint).map_err(anyhow::Error::msg)?;
+            selected.push((selector, taint));
+        }
+        Ok(plan::Hypothesis {
+            taints: self.taints.clone(),
+            selected,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub hypothesis: HypothesisArgs,
+    /// Look no further ahead than this (e.g. 10m); default: until nothing is pending.
+    #[arg(long, value_parser = parse_offset)]
+    pub until: Option<Offset>,
+    #[arg(long, short, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod, as NAMESPACE/NAME.
+    pub pod: String,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub hypothesis: HypothesisArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Wall-clock now, as an engine time (Unix milliseconds).
+pub fn wall_clock() -> noexecute_engine::Time {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    noexecute_engine::Time::from_millis(ms)
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -81,6 +208,8 @@ fn parse_offset(s: &str) -> Result<Offset, String> {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Simulate(args) => simulate_command(args),
+        Command::Plan(args) => plan_command(args),
+        Command::Explain(args) => explain_command(args),
     }
 }
 
@@ -110,5 +239,40 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
         std::fs::write(path, plot::svg(&timeline, &title))
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plan_command(args: PlanArgs) -> Result<ExitCode> {
+    let hypothesis = args.hypothesis.hypothesis()?;
+    let state = args.source.load()?;
+    let now = wall_clock();
+    let horizon = args
+        .until
+        .map(|u| now.plus(std::time::Duration::from_millis(u.0.unsigned_abs())));
+    let result = plan::run(&state, &hypothesis, now, horizon, args.engine.config())
+        .map_err(anyhow::Error::msg)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match args.output {
+        Output::Table => report::plan_table(&result, &mut out),
+        Output::Json => report::plan_json(&result, &mut out),
+    }
+    .context("writing the plan")?;
+    out.flush().context("writing the plan")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
+    let hypothesis = args.hypothesis.hypothesis()?;
+    let state = args.source.load()?;
+    let text = explain::explain(
+        &state,
+        &hypothesis,
+        &args.pod,
+        wall_clock(),
+        args.engine.config(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    print!("{text}");
     Ok(ExitCode::SUCCESS)
 }

@@ -13,7 +13,12 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod convert;
+pub mod explain;
+pub mod plan;
 pub mod plot;
 pub mod report;
 pub mod scenario;
 pub mod simulate;
+pub mod slim;
+pub mod state;

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use noexecute_engine::Time;
 use serde::Serialize;
 
+use crate::plan::{self, Plan};
 use crate::simulate::{Kind, Timeline};
 
 /// Seconds from the start, as printed.
@@ -109,6 +110,118 @@ pub fn json_lines(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
                 _ => None,
             },
             reason: &e.reason,
+        };
+        serde_json::to_writer(&mut *w, &line)?;
+        writeln!(w)?;
+    }
+    Ok(())
+}
+
+pub fn plan_table(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+    writeln!(
+        w,
+        "Plan at {} from {}: {} node(s) with NoExecute taints.",
+        plan::timestamp(p.now),
+        p.source,
+        p.affected_nodes
+    )?;
+    writeln!(
+        w,
+        "Existing NoExecute taints are counted from their timeAdded; the hypothetical ones from now."
+    )?;
+    writeln!(w)?;
+    let rows: Vec<[String; 5]> = p
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                r.evicted_at
+                    .map_or_else(|| "never".into(), |t| plan::relative(t, p.now)),
+                r.pod.clone(),
+                r.node.clone(),
+                if r.evicted_at.is_some() {
+                    "evict"
+                } else {
+                    "safe"
+                }
+                .into(),
+                r.reason.clone(),
+            ]
+        })
+        .collect();
+    let header = ["WHEN", "POD", "NODE", "DECISION", "REASON"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |w: &mut dyn Write, c: [&str; 5]| -> io::Result<()> {
+        writeln!(
+            w,
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+        )
+    };
+    line(w, header)?;
+    for r in &rows {
+        line(w, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
+    }
+    let evicted: Vec<&plan::Row> = p.rows.iter().filter(|r| r.evicted_at.is_some()).collect();
+    let at_once = evicted
+        .iter()
+        .filter(|r| r.evicted_at == Some(p.now))
+        .count();
+    let last = evicted.iter().filter_map(|r| r.evicted_at).max();
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{} pod(s) would be evicted ({} at once{}); {} safe; {} pod(s) on {} node(s) without NoExecute taints are not affected.",
+        evicted.len(),
+        at_once,
+        last.filter(|l| *l > p.now)
+            .map(|l| format!(", the last {}", plan::relative(l, p.now)))
+            .unwrap_or_default(),
+        p.rows.len() - evicted.len(),
+        p.unaffected_pods,
+        p.unaffected_nodes
+    )
+}
+
+#[derive(Serialize)]
+struct PlanLine<'a> {
+    pod: &'a str,
+    node: &'a str,
+    decision: &'a str,
+    /// Seconds from now.
+    at: Option<f64>,
+    time: Option<String>,
+    reason: &'a str,
+}
+
+pub fn plan_json(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+    for r in &p.rows {
+        let line = PlanLine {
+            pod: &r.pod,
+            node: &r.node,
+            decision: if r.evicted_at.is_some() {
+                "evict"
+            } else {
+                "safe"
+            },
+            at: r
+                .evicted_at
+                .map(|t| t.since(p.now).as_millis() as f64 / 1000.0),
+            time: r.evicted_at.map(plan::timestamp),
+            reason: &r.reason,
         };
         serde_json::to_writer(&mut *w, &line)?;
         writeln!(w)?;

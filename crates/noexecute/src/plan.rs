@@ -1,0 +1,426 @@
+//! `noexecute plan`: who would be evicted, and when, if these taints were added to a real
+//! cluster's nodes now; and who is safe, and why.
+//!
+//! The engine is fed the cluster's current nodes and pods at the current wall-clock time, then
+//! the hypothetical taints, and runs on a virtual clock until nothing is pending. Existing
+//! `NoExecute` taints are counted from their `timeAdded` (the best estimate of when the
+//! running controller started counting), hypothetical ones from now.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use noexecute_engine::toleration::TolerationTime;
+use noexecute_engine::{Action, Config, Effect, Engine, Outcome, Report, Taint, Time, Verdict};
+
+use crate::convert;
+use crate::state::ClusterState;
+
+/// A taint as `kubectl taint` writes it: `key=value:Effect` or `key:Effect`.
+pub fn parse_taint(s: &str) -> Result<Taint, String> {
+    let (kv, effect) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("taint {s:?} needs an effect: key[=value]:NoExecute"))?;
+    let effect = match effect {
+        "NoExecute" | "NoSchedule" | "PreferNoSchedule" => Effect::parse(effect),
+        other => {
+            return Err(format!(
+                "taint {s:?}: unknown effect {other:?}; expected NoExecute, NoSchedule or PreferNoSchedule"
+            ));
+        }
+    };
+    let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+    if key.is_empty() {
+        return Err(format!("taint {s:?} has an empty key"));
+    }
+    Ok(Taint::new(key, value, effect))
+}
+
+/// `--taint NODE=key=value:Effect`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeTaint {
+    pub node: String,
+    pub taint: Taint,
+}
+
+pub fn parse_node_taint(s: &str) -> Result<NodeTaint, String> {
+    let (node, taint) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NODE=key[=value]:Effect"))?;
+    if node.is_empty() {
+        return Err(format!("{s:?}: empty node name"));
+    }
+    Ok(NodeTaint {
+        node: node.into(),
+        taint: parse_taint(taint)?,
+    })
+}
+
+/// An equality-based label selector: `k=v`, `k==v`, `k!=v`, `k` (exists), `!k`, joined by
+/// commas.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selector(Vec<Requirement>);
+
+#[derive(Clone, Debug, PartialEq)]
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    Exists(String),
+    NotExists(String),
+}
+
+impl Selector {
+    pub fn parse(s: &str) -> Result<Selector, String> {
+        let mut reqs = Vec::new();
+        for term in s.split(',').map(str::trim) {
+            if term.is_empty() {
+                return Err(format!("selector {s:?} has an empty term"));
+            }
+            if term.contains(" in ") || term.contains(" notin ") || term.contains('(') {
+                return Err(format!(
+                    "selector {s:?}: set-based terms (in, notin) are not supported; use k=v, k!=v, k or !k"
+                ));
+            }
+            let req = if let Some((k, v)) = term.split_once("!=") {
+                Requirement::NotEquals(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                Requirement::Equals(k.trim().into(), v.trim().into())
+            } else if let Some(k) = term.strip_prefix('!') {
+                Requirement::NotExists(k.trim().into())
+            } else {
+                Requirement::Exists(term.into())
+            };
+            reqs.push(req);
+        }
+        Ok(Selector(reqs))
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => labels.get(k) == Some(v),
+            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::NotExists(k) => !labels.contains_key(k),
+        })
+    }
+}
+
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let terms: Vec<String> = self
+            .0
+            .iter()
+            .map(|r| match r {
+                Requirement::Equals(k, v) => format!("{k}={v}"),
+                Requirement::NotEquals(k, v) => format!("{k}!={v}"),
+                Requirement::Exists(k) => k.clone(),
+                Requirement::NotExists(k) => format!("!{k}"),
+            })
+            .collect();
+        f.write_str(&terms.join(","))
+    }
+}
+
+/// The hypothetical change: taints on named nodes and on nodes matching selectors.
+#[derive(Clone, Debug, Default)]
+pub struct Hypothesis {
+    pub taints: Vec<NodeTaint>,
+    pub selected: Vec<(Selector, Taint)>,
+}
+
+impl Hypothesis {
+    /// Node → taints to add, checked against the cluster: every named node must exist and
+    /// every selector must match at least one node.
+    pub fn resolve(&self, state: &ClusterState) -> Result<BTreeMap<String, Vec<Taint>>, String> {
+        let mut out: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
+        let names: BTreeSet<&str> = state
+            .nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        for t in &self.taints {
+            if !names.contains(t.node.as_str()) {
+                return Err(format!(
+                    "--taint: node {} is not in {}",
+                    t.node, state.source
+                ));
+            }
+            out.entry(t.node.clone()).or_default().push(t.taint.clone());
+        }
+        for (selector, taint) in &self.selected {
+            let mut matched = 0;
+            for node in &state.nodes {
+                let labels = node.metadata.labels.clone().unwrap_or_default();
+                if selector.matches(&labels) {
+                    matched += 1;
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    out.entry(name).or_default().push(taint.clone());
+                }
+            }
+            if matched == 0 {
+                return Err(format!(
+                    "--taint-selector: {selector} matches no node in {}",
+                    state.source
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What would happen to one pod on an affected node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub pod: String,
+    pub node: String,
+    /// When it would be evicted; `None` when it is safe (within the horizon).
+    pub evicted_at: Option<Time>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub now: Time,
+    pub rows: Vec<Row>,
+    /// Nodes carrying `NoExecute` taints once the hypothesis is applied.
+    pub affected_nodes: usize,
+    pub unaffected_pods: usize,
+    pub unaffected_nodes: usize,
+    pub source: String,
+    pub horizon: Option<Time>,
+}
+
+/// Run the plan at wall-clock time `now` (Unix milliseconds), up to `horizon` if given.
+pub fn run(
+    state: &ClusterState,
+    hypothesis: &Hypothesis,
+    now: Time,
+    horizon: Option<Time>,
+    mut config: Config,
+) -> Result<Plan, String> {
+    let added = hypothesis.resolve(state)?;
+    config.deadline_from_time_added = true;
+    let mut engine = Engine::new(config.clone());
+    let mut out = Vec::new();
+    let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
+    let mut skipped: BTreeSet<String> = BTreeSet::new();
+
+    let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
+    for n in &state.nodes {
+        let obs = convert::node(n);
+        nodes.insert(obs.name.clone(), obs.taints.clone());
+        engine.upsert_node(&obs, now, &mut out);
+    }
+    for p in &state.pods {
+        engine.upsert_pod(convert::pod(p), now, &mut out);
+    }
+    for (node, taints) in &added {
+        let current = nodes.entry(node.clone()).or_default();
+        for t in taints {
+            let mut t = t.clone();
+            t.time_added = Some(now);
+            // As `kubectl taint`: a taint with the same key and effect is replaced.
+            current.retain(|old| !old.matches(&t));
+            current.push(t);
+        }
+        let obs = noexecute_engine::NodeObservation {
+            name: node.clone(),
+            taints: current.clone(),
+        };
+        engine.upsert_node(&obs, now, &mut out);
+    }
+    let mut clock = now;
+    loop {
+        for action in out.drain(..) {
+            match action {
+                Action::Evict {
+                    pod,
+                    eviction,
+                    cause,
+                    ..
+                } => {
+                    let reason = cause.map_or_else(
+                        || "scheduled earlier; the node no longer reports its taints".into(),
+                        |c| c.to_string(),
+                    );
+                    evicted.insert(pod.to_string(), (clock, reason));
+                    let report = Report {
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        eviction,
+                        outcome: Outcome::Evicted,
+                    };
+                    engine.report(&report, clock, &mut Vec::new());
+                }
+                Action::Skip { pod, .. } => {
+                    skipped.insert(pod.to_string());
+                }
+                Action::Schedule { .. } | Action::Cancel { .. } => {}
+            }
+        }
+        match engine.next_deadline() {
+            Some(d) if horizon.is_none_or(|h| d <= h) => {
+                clock = clock.max(d);
+                engine.advance(clock, &mut out);
+            }
+            _ => break,
+        }
+    }
+
+    let mut rows = Vec::new();
+    let mut unaffected_pods = 0;
+    let mut affected: BTreeSet<String> = BTreeSet::new();
+    for view in engine.pods() {
+        let pod = view.pod.to_string();
+        let Some(node) = view.pod.node.as_deref() else {
+            continue;
+        };
+        let Some(taints) = engine.node_taints(node) else {
+            unaffected_pods += 1;
+            continue;
+        };
+        affected.insert(node.to_string());
+        let row = if let Some((at, reason)) = evicted.get(&pod) {
+            Row {
+                pod,
+                node: node.into(),
+                evicted_at: Some(*at),
+                reason: reason.clone(),
+            }
+        } else {
+            let verdict = noexecute_engine::toleration::verdict(
+                taints,
+                view.tolerations,
+                config.comparison_operators,
+            );
+            let reason = if skipped.contains(&pod) || view.terminating {
+                "already terminating".to_string()
+            } else if view.excluded {
+                "excluded by policy".to_string()
+            } else if let Some(e) = view.eviction {
+                format!(
+                    "would be evicted at {} (after the horizon)",
+                    crate::plan::relative(e.deadline, now)
+                )
+            } else {
+                match verdict {
+                    Verdict::Tolerated {
+                        time: TolerationTime::Forever,
+                        ..
+                    } => forever_reason(taints, view.tolerations, config.comparison_operators),
+                    _ => "not evicted".to_string(),
+                }
+            };
+            Row {
+                pod,
+                node: node.into(),
+                evicted_at: None,
+                reason,
+            }
+        };
+        rows.push(row);
+    }
+    rows.sort_by(|a, b| {
+        (a.evicted_at.is_none(), a.evicted_at, &a.node, &a.pod).cmp(&(
+            b.evicted_at.is_none(),
+            b.evicted_at,
+            &b.node,
+            &b.pod,
+        ))
+    });
+    let unaffected_nodes = state.nodes.len().saturating_sub(affected.len());
+    Ok(Plan {
+        now,
+        rows,
+        affected_nodes: affected.len(),
+        unaffected_pods,
+        unaffected_nodes,
+        source: state.source.clone(),
+        horizon,
+    })
+}
+
+/// "tolerates a:NoExecute forever (a Exists NoExecute forever)", for each taint.
+fn forever_reason(
+    taints: &[Taint],
+    tolerations: &[noexecute_engine::Toleration],
+    gate: bool,
+) -> String {
+    let parts: Vec<String> = taints
+        .iter()
+        .map(
+            |taint| match tolerations.iter().find(|t| t.tolerates(taint, gate)) {
+                Some(t) => format!("{taint} by \"{t}\""),
+                None => format!("{taint} (not tolerated)"),
+            },
+        )
+        .collect();
+    format!("tolerates forever: {}", parts.join("; "))
+}
+
+/// `+0s`, `+45s`, `+5m00s`, `+1h02m`.
+pub fn relative(t: Time, now: Time) -> String {
+    let s = t.since(now).as_secs();
+    if s >= 3600 {
+        format!("+{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("+{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("+{s}s")
+    }
+}
+
+/// RFC 3339 for a wall-clock engine time.
+pub fn timestamp(t: Time) -> String {
+    k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
+        .map_or_else(|_| format!("{}ms", t.as_millis()), |ts| ts.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taint_syntax() {
+        assert_eq!(
+            parse_taint("k=v:NoExecute"),
+            Ok(Taint::new("k", "v", Effect::NoExecute))
+        );
+        assert_eq!(
+            parse_taint("k:NoExecute"),
+            Ok(Taint::new("k", "", Effect::NoExecute))
+        );
+        assert!(parse_taint("k=v").is_err());
+        assert!(parse_taint("k=v:Sometimes").is_err());
+        assert!(parse_taint(":NoExecute").is_err());
+        assert_eq!(
+            parse_node_taint("node-a=k=v:NoExecute").map(|t| t.node),
+            Ok("node-a".into())
+        );
+        assert!(parse_node_taint("k:NoExecute").is_err());
+    }
+
+    #[test]
+    fn selectors() {
+        let labels: BTreeMap<String, String> = [
+            ("zone".to_string(), "a".to_string()),
+            ("gpu".to_string(), "yes".to_string()),
+        ]
+        .into();
+        let m = |s: &str| Selector::parse(s).map(|sel| sel.matches(&labels));
+        assert_eq!(m("zone=a"), Ok(true));
+        assert_eq!(m("zone==a,gpu"), Ok(true));
+        assert_eq!(m("zone!=a"), Ok(false));
+        assert_eq!(m("!gpu"), Ok(false));
+        assert_eq!(m("zone=b"), Ok(false));
+        assert!(Selector::parse("zone in (a,b)").is_err());
+        assert!(Selector::parse("zone=a,").is_err());
+    }
+
+    #[test]
+    fn relative_times() {
+        let now = Time::from_secs(1000);
+        assert_eq!(relative(now, now), "+0s");
+        assert_eq!(relative(now.plus_secs(300), now), "+5m00s");
+        assert_eq!(relative(now.plus_secs(3720), now), "+1h02m");
+    }
+}
