@@ -632,6 +632,15 @@ impl Engine {
             .is_some_and(|&id| self.node(id).exists)
     }
 
+    /// Names of the nodes whose add or update was seen (and no delete since).
+    pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.nodes
+            .iter()
+            .flatten()
+            .filter(|n| n.exists)
+            .map(|n| &*n.name)
+    }
+
     /// Number of distinct toleration lists held (interning statistics).
     pub fn distinct_toleration_sets(&self) -> usize {
         self.tolerations.len()

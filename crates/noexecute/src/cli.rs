@@ -26,6 +26,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the controller: evict pods from NoExecute-tainted nodes, as upstream's
+    /// taint-eviction-controller does.
+    Run(Box<crate::controller::RunArgs>),
     /// Run a scenario on a virtual clock and print the eviction timeline.
     Simulate(SimulateArgs),
     /// Who a real cluster would evict, and when, if these taints were added now; who is safe.
@@ -207,6 +210,7 @@ fn parse_offset(s: &str) -> Result<Offset, String> {
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run_command(*args),
         Command::Simulate(args) => simulate_command(args),
         Command::Plan(args) => plan_command(args),
         Command::Explain(args) => explain_command(args),
@@ -275,4 +279,14 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     .map_err(anyhow::Error::msg)?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_command(args: crate::controller::RunArgs) -> Result<ExitCode> {
+    crate::controller::init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let code = runtime.block_on(crate::controller::run(args))?;
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

@@ -1,0 +1,311 @@
+//! The controller loop: the single owner of the engine.
+//!
+//! It takes watch events, the executor's reports and the clock, feeds them to the engine one
+//! at a time, and carries the resulting actions out: evictions to the executor, upstream's
+//! events to the event sink, gauges to the metrics. No lock is ever held across an await,
+//! because nothing else touches the engine.
+//!
+//! Evictions are only handed to the executor while this replica may act (caches synced and
+//! leading). Until then they are parked; the engine still runs, so a standby that takes over
+//! knows every deadline already.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kube::runtime::watcher;
+use noexecute_engine::{Action, Engine, EvictionId, Report};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::admin::Health;
+use super::clock::Clock;
+use super::events::EventSink;
+use super::executor::{Executor, Job};
+use super::lease::Leadership;
+use super::metrics::Metrics;
+use super::watch::{NodeEvent, PodEvent};
+use crate::convert;
+
+/// How a relist is reconciled: objects not seen between `Init` and `InitDone` were deleted
+/// while we were not watching.
+#[derive(Default)]
+struct Relist<K> {
+    listing: bool,
+    seen: HashSet<K>,
+    done_once: bool,
+}
+
+impl<K: std::hash::Hash + Eq> Relist<K> {
+    fn start(&mut self) {
+        self.listing = true;
+        self.seen.clear();
+    }
+    fn saw(&mut self, key: K) {
+        if self.listing {
+            self.seen.insert(key);
+        }
+    }
+}
+
+pub struct Driver {
+    pub engine: Engine,
+    pub clock: Clock,
+    pub executor: Executor,
+    pub events: EventSink,
+    pub metrics: Metrics,
+    pub leadership: Leadership,
+    pub health: Arc<Health>,
+    parked: HashMap<EvictionId, Job>,
+    in_flight: HashSet<EvictionId>,
+    nodes: Relist<String>,
+    pods: Relist<(String, String)>,
+}
+
+/// Why the loop stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stop {
+    Shutdown,
+    LostLeadership,
+    WatchesEnded,
+}
+
+impl Driver {
+    pub fn new(
+        engine: Engine,
+        clock: Clock,
+        executor: Executor,
+        events: EventSink,
+        metrics: Metrics,
+        leadership: Leadership,
+        health: Arc<Health>,
+    ) -> Driver {
+        Driver {
+            engine,
+            clock,
+            executor,
+            events,
+            metrics,
+            leadership,
+            health,
+            parked: HashMap::new(),
+            in_flight: HashSet::new(),
+            nodes: Relist::default(),
+            pods: Relist::default(),
+        }
+    }
+
+    fn synced(&self) -> bool {
+        self.nodes.done_once && self.pods.done_once
+    }
+
+    fn may_act(&self) -> bool {
+        self.synced() && self.leadership.is_leading()
+    }
+
+    pub async fn run(
+        mut self,
+        mut node_rx: mpsc::Receiver<NodeEvent>,
+        mut pod_rx: mpsc::Receiver<PodEvent>,
+        mut report_rx: mpsc::UnboundedReceiver<Report>,
+        shutdown: CancellationToken,
+    ) -> Stop {
+        let mut leadership = self.leadership.clone();
+        let mut was_leading = leadership.is_leading();
+        let mut out = Vec::new();
+        loop {
+            let now = self.clock.now();
+            self.health
+                .heartbeat_ms
+                .store(now.as_millis(), Ordering::Relaxed);
+            // Wake for the next deadline, and at least every few seconds for the heartbeat.
+            let wake = self
+                .engine
+                .next_deadline()
+                .map(|d| self.clock.instant(d))
+                .unwrap_or_else(|| std::time::Instant::now() + Duration::from_secs(5))
+                .min(std::time::Instant::now() + Duration::from_secs(5));
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Stop::Shutdown,
+                leading = leadership.changed() => {
+                    if was_leading && !leading {
+                        return Stop::LostLeadership;
+                    }
+                    was_leading = leading;
+                    self.metrics.leader.set(i64::from(leading));
+                }
+                // Nodes before pods, as upstream's workers drain node updates first.
+                event = node_rx.recv() => match event {
+                    Some(event) => {
+                        self.engine.advance(self.clock.now(), &mut out);
+                        self.node_event(event, &mut out);
+                    }
+                    None => return Stop::WatchesEnded,
+                },
+                event = pod_rx.recv() => match event {
+                    Some(event) => {
+                        self.engine.advance(self.clock.now(), &mut out);
+                        self.pod_event(event, &mut out);
+                    }
+                    None => return Stop::WatchesEnded,
+                },
+                Some(report) = report_rx.recv() => {
+                    let now = self.clock.now();
+                    self.in_flight.remove(&report.eviction);
+                    self.engine.advance(now, &mut out);
+                    self.engine.report(&report, now, &mut out);
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    self.engine.advance(self.clock.now(), &mut out);
+                }
+            }
+            self.dispatch(&mut out);
+            if self.may_act() && !self.parked.is_empty() {
+                self.release_parked();
+            }
+            self.health.synced.store(self.synced(), Ordering::Relaxed);
+            self.metrics
+                .scheduled_evictions
+                .set(self.engine.queued_count() as i64);
+            self.metrics.pending_evictions.set(
+                (self.engine.queued_count() + self.in_flight.len() + self.parked.len()) as i64,
+            );
+        }
+    }
+
+    fn node_event(&mut self, event: NodeEvent, out: &mut Vec<noexecute_engine::Action>) {
+        let now = self.clock.now();
+        match event {
+            watcher::Event::Init => self.nodes.start(),
+            watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
+                let obs = convert::node(&node);
+                self.nodes.saw(obs.name.clone());
+                self.engine.upsert_node(&obs, now, out);
+            }
+            watcher::Event::Delete(node) => {
+                let name = node.metadata.name.unwrap_or_default();
+                self.engine.delete_node(&name, now, out);
+            }
+            watcher::Event::InitDone => {
+                if self.nodes.done_once {
+                    // A relist: forget the nodes that went away meanwhile.
+                    let gone: Vec<String> = self
+                        .engine
+                        .node_names()
+                        .filter(|n| !self.nodes.seen.contains(*n))
+                        .map(str::to_string)
+                        .collect();
+                    for name in gone {
+                        self.engine.delete_node(&name, now, out);
+                    }
+                }
+                self.nodes.listing = false;
+                self.nodes.done_once = true;
+                tracing::info!("nodes synced");
+            }
+        }
+    }
+
+    fn pod_event(&mut self, event: PodEvent, out: &mut Vec<noexecute_engine::Action>) {
+        let now = self.clock.now();
+        match event {
+            watcher::Event::Init => self.pods.start(),
+            watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
+                let obs = convert::pod(&pod);
+                self.pods.saw((obs.namespace.clone(), obs.name.clone()));
+                self.engine.upsert_pod(obs, now, out);
+            }
+            watcher::Event::Delete(pod) => {
+                let obs = convert::pod(&pod);
+                self.engine
+                    .delete_pod(&obs.namespace, &obs.name, Some(&obs.uid), now, out);
+            }
+            watcher::Event::InitDone => {
+                if self.pods.done_once {
+                    let gone: Vec<(String, String)> = self
+                        .engine
+                        .pods()
+                        .map(|v| (v.pod.namespace.to_string(), v.pod.name.to_string()))
+                        .filter(|k| !self.pods.seen.contains(k))
+                        .collect();
+                    for (ns, name) in gone {
+                        self.engine.delete_pod(&ns, &name, None, now, out);
+                    }
+                }
+                self.pods.listing = false;
+                self.pods.seen = HashSet::new();
+                self.pods.done_once = true;
+                tracing::info!(pods = self.engine.pod_count(), "pods synced");
+            }
+        }
+    }
+
+    /// Carry out the engine's actions.
+    fn dispatch(&mut self, out: &mut Vec<Action>) {
+        for action in out.drain(..) {
+            if let Some(event) = action.upstream_event() {
+                self.events.record(action.pod(), event);
+            }
+            match action {
+                Action::Schedule {
+                    pod,
+                    deadline,
+                    cause,
+                    ..
+                } => {
+                    tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::plan::timestamp(deadline), %cause, "eviction scheduled");
+                }
+                Action::Cancel {
+                    pod,
+                    eviction,
+                    reason,
+                    ..
+                } => {
+                    self.parked.remove(&eviction);
+                    self.executor.forget(eviction);
+                    tracing::info!(pod = %pod, reason = reason.as_str(), "eviction cancelled");
+                }
+                Action::Evict {
+                    pod,
+                    eviction,
+                    deadline,
+                    retry,
+                    cause,
+                } => {
+                    if !retry {
+                        let cause = cause.map(|c| c.to_string()).unwrap_or_default();
+                        tracing::info!(pod = %pod, node = ?pod.node, %cause, "evicting");
+                    }
+                    let job = Job {
+                        pod,
+                        eviction,
+                        deadline,
+                    };
+                    if self.may_act() {
+                        self.in_flight.insert(eviction);
+                        self.executor.submit(job);
+                    } else {
+                        self.parked.insert(eviction, job);
+                    }
+                }
+                Action::Skip { pod, .. } => {
+                    tracing::info!(pod = %pod, "already terminating; not deleting again");
+                }
+            }
+        }
+    }
+
+    fn release_parked(&mut self) {
+        let parked: Vec<Job> = self.parked.drain().map(|(_, j)| j).collect();
+        tracing::info!(
+            count = parked.len(),
+            "acting on evictions decided while not leading"
+        );
+        for job in parked {
+            self.in_flight.insert(job.eviction);
+            self.executor.submit(job);
+        }
+    }
+}

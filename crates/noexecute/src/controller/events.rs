@@ -1,0 +1,201 @@
+//! core/v1 Events about pods, as upstream records them (`TaintManagerEviction`, "Marking for
+//! deletion Pod ns/name", "Cancelling deletion of Pod ns/name"), sent by one background task.
+//!
+//! A mass eviction must not flood the API server: the queue is bounded (overflow is dropped
+//! and counted, as client-go's broadcaster drops when its channel is full), every write waits
+//! for the shared rate limiter, and a repeat of the same event for the same pod within ten
+//! minutes increments the existing Event's count instead of creating a new one (client-go's
+//! correlation).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time as K8sTime};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use noexecute_engine::PodRef;
+use noexecute_engine::action::UpstreamEvent;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::Metrics;
+use super::ratelimit::RateLimiter;
+
+const QUEUE: usize = 4096;
+const CORRELATION_WINDOW: Duration = Duration::from_secs(600);
+const CORRELATION_ENTRIES: usize = 16_384;
+
+struct Request {
+    pod: PodRef,
+    event: UpstreamEvent,
+}
+
+#[derive(Clone)]
+pub struct EventSink {
+    tx: mpsc::Sender<Request>,
+    metrics: Metrics,
+}
+
+impl EventSink {
+    /// Queue an event; never blocks the controller loop.
+    pub fn record(&self, pod: &PodRef, event: UpstreamEvent) {
+        let request = Request {
+            pod: pod.clone(),
+            event,
+        };
+        if self.tx.try_send(request).is_err() {
+            self.metrics.events_dropped.inc();
+        }
+    }
+
+    /// Start the sending task. It stops when `shutdown` fires and the queue is empty.
+    pub fn spawn(
+        client: Client,
+        component: String,
+        instance: String,
+        limiter: Arc<RateLimiter>,
+        metrics: Metrics,
+        shutdown: CancellationToken,
+    ) -> (EventSink, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let sink = EventSink {
+            tx,
+            metrics: metrics.clone(),
+        };
+        let sender = Sender {
+            client,
+            component,
+            instance,
+            limiter,
+            metrics,
+            seen: HashMap::new(),
+        };
+        let task = tokio::spawn(sender.run(rx, shutdown));
+        (sink, task)
+    }
+}
+
+struct Seen {
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+struct Sender {
+    client: Client,
+    component: String,
+    instance: String,
+    limiter: Arc<RateLimiter>,
+    metrics: Metrics,
+    /// (namespace, pod, reason, message) → the Event we wrote.
+    seen: HashMap<(String, String, String, String), Seen>,
+}
+
+impl Sender {
+    async fn run(mut self, mut rx: mpsc::Receiver<Request>, shutdown: CancellationToken) {
+        loop {
+            let request = tokio::select! {
+                biased;
+                r = rx.recv() => match r { Some(r) => r, None => return },
+                _ = shutdown.cancelled() => {
+                    // Flush what is queued, briefly, then stop.
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                    while let Ok(r) = rx.try_recv() {
+                        if tokio::time::Instant::now() > deadline { break; }
+                        self.send(r).await;
+                    }
+                    return;
+                }
+            };
+            self.send(request).await;
+        }
+    }
+
+    async fn send(&mut self, r: Request) {
+        let now = Instant::now();
+        if self.seen.len() > CORRELATION_ENTRIES {
+            self.seen
+                .retain(|_, s| now.duration_since(s.at) < CORRELATION_WINDOW);
+        }
+        let key = (
+            r.pod.namespace.to_string(),
+            r.pod.name.to_string(),
+            r.event.reason.to_string(),
+            r.event.message.clone(),
+        );
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &r.pod.namespace);
+        self.limiter.acquire().await;
+        let stamp = k8s_openapi::jiff::Timestamp::now();
+        if let Some(seen) = self
+            .seen
+            .get_mut(&key)
+            .filter(|s| now.duration_since(s.at) < CORRELATION_WINDOW)
+        {
+            seen.count += 1;
+            seen.at = now;
+            let patch = serde_json::json!({
+                "count": seen.count,
+                "lastTimestamp": K8sTime(stamp),
+            });
+            if let Err(e) = api
+                .patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                self.metrics.api_error("patch");
+                tracing::debug!(error = %e, "could not update an event");
+            }
+            return;
+        }
+        let name = format!(
+            "{}.{:x}",
+            r.pod.name,
+            stamp.as_nanosecond() as u64 ^ (super::executor::random_fraction() * 65536.0) as u64
+        );
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(r.pod.namespace.to_string()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(r.pod.name.to_string()),
+                namespace: Some(r.pod.namespace.to_string()),
+                ..Default::default()
+            },
+            reason: Some(r.event.reason.into()),
+            message: Some(r.event.message.clone()),
+            type_: Some(r.event.type_.into()),
+            source: Some(EventSource {
+                component: Some(self.component.clone()),
+                host: None,
+            }),
+            count: Some(1),
+            first_timestamp: Some(K8sTime(stamp)),
+            last_timestamp: Some(K8sTime(stamp)),
+            event_time: None::<MicroTime>,
+            reporting_component: Some(self.component.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => {
+                self.seen.insert(
+                    key,
+                    Seen {
+                        name,
+                        count: 1,
+                        at: now,
+                    },
+                );
+            }
+            Err(e) => {
+                self.metrics.api_error("create");
+                tracing::debug!(error = %e, "could not record an event");
+            }
+        }
+    }
+}

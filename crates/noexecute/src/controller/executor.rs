@@ -1,0 +1,360 @@
+//! The executor: carries out `Evict` actions against the API server and reports the outcome
+//! back to the engine. It never decides *whether* to evict, only how the attempt went.
+//!
+//! One attempt is upstream's sequence, made safe:
+//! 1. GET the pod (live, not from a cache). Gone, another UID, or already terminating: the
+//!    eviction is over (`Gone`); a terminating pod never gets a second delete.
+//! 2. Add the `DisruptionTarget` condition (reason `DeletionByTaintManager`) with a status patch
+//!    that carries the UID as a precondition, unless an identical condition is there.
+//! 3. DELETE with a UID precondition, with the pod's own grace period.
+//!
+//! Failures are retried with exponential backoff and jitter, for as long as the engine keeps
+//! the eviction pending. kube's built-in retries are off (see `run.rs`), so every attempt is
+//! ours and is counted. Every request waits for the shared client-side rate limiter and is
+//! bounded by a timeout; mutating requests check the leadership fence first.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use noexecute_engine::{EvictionId, Outcome, PodRef, Report, Time};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::task::TaskTracker;
+
+use super::clock::Clock;
+use super::lease::Leadership;
+use super::metrics::Metrics;
+use super::ratelimit::RateLimiter;
+
+pub const CONDITION_TYPE: &str = "DisruptionTarget";
+pub const CONDITION_REASON: &str = "DeletionByTaintManager";
+pub const CONDITION_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
+
+/// A uniformly random number in [0, 1), for jitter. Not for anything that needs real
+/// randomness.
+pub fn random_fraction() -> f64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(0x9e37_79b9_7f4a_7c15);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Exponential backoff with jitter between failed attempts of one eviction.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after the `failures`-th failure (1-based): initial × 2^(n-1), capped, ±25%.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = self
+            .initial
+            .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+        exp.min(self.max).mul_f64(0.75 + 0.5 * random_fraction())
+    }
+}
+
+/// One eviction to carry out.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub pod: PodRef,
+    pub eviction: EvictionId,
+    pub deadline: Time,
+}
+
+#[derive(Clone)]
+pub struct Executor {
+    client: Client,
+    limiter: Arc<RateLimiter>,
+    permits: Arc<Semaphore>,
+    leadership: Leadership,
+    reports: mpsc::UnboundedSender<Report>,
+    metrics: Metrics,
+    clock: Clock,
+    request_timeout: Duration,
+    backoff: Backoff,
+    failures: Arc<Mutex<HashMap<EvictionId, u32>>>,
+    tasks: TaskTracker,
+}
+
+/// What one attempt ended in.
+enum Attempt {
+    Evicted,
+    Gone(&'static str),
+    Failed(String),
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Executor {
+    pub fn new(
+        client: Client,
+        limiter: Arc<RateLimiter>,
+        concurrency: usize,
+        leadership: Leadership,
+        reports: mpsc::UnboundedSender<Report>,
+        metrics: Metrics,
+        clock: Clock,
+        request_timeout: Duration,
+    ) -> Executor {
+        Executor {
+            client,
+            limiter,
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            leadership,
+            reports,
+            metrics,
+            clock,
+            request_timeout,
+            backoff: Backoff::default(),
+            failures: Arc::new(Mutex::new(HashMap::new())),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Start an attempt in the background; its report arrives on the reports channel.
+    pub fn submit(&self, job: Job) {
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            let Ok(_permit) = this.permits.clone().acquire_owned().await else {
+                return;
+            };
+            let outcome = this.attempt(&job).await;
+            let report = this.conclude(&job, outcome);
+            let _ = this.reports.send(report);
+        });
+    }
+
+    /// The engine dropped this eviction: forget its failure count.
+    pub fn forget(&self, eviction: EvictionId) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(&eviction);
+        }
+    }
+
+    /// Wait for the attempts in flight (on shutdown).
+    pub async fn drain(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    fn conclude(&self, job: &Job, attempt: Attempt) -> Report {
+        let now = self.clock.now();
+        let outcome = match attempt {
+            Attempt::Evicted => {
+                self.forget(job.eviction);
+                self.metrics.pod_deletions.inc();
+                self.metrics
+                    .pod_deletion_duration
+                    .observe(now.since(job.deadline).as_secs_f64());
+                tracing::info!(pod = %job.pod, uid = %job.pod.uid, "evicted pod");
+                Outcome::Evicted
+            }
+            Attempt::Gone(why) => {
+                self.forget(job.eviction);
+                tracing::info!(pod = %job.pod, why, "nothing to evict");
+                Outcome::Gone
+            }
+            Attempt::Failed(error) => {
+                let failures = match self.failures.lock() {
+                    Ok(mut f) => {
+                        let n = f.entry(job.eviction).or_insert(0);
+                        *n += 1;
+                        *n
+                    }
+                    Err(_) => 1,
+                };
+                let delay = self.backoff.delay(failures);
+                self.metrics.eviction_retries.inc();
+                tracing::warn!(pod = %job.pod, %error, failures, retry_in = ?delay, "eviction attempt failed; will retry");
+                Outcome::Failed {
+                    retry_at: now.plus(delay),
+                }
+            }
+        };
+        Report {
+            namespace: job.pod.namespace.clone(),
+            name: job.pod.name.clone(),
+            eviction: job.eviction,
+            outcome,
+        }
+    }
+
+    /// Wait for the rate limiter, then run `request` within the timeout.
+    async fn call<T>(
+        &self,
+        verb: &'static str,
+        request: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> Result<T, CallError> {
+        self.limiter.acquire().await;
+        match tokio::time::timeout(self.request_timeout, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(kube::Error::Api(status))) => {
+                if status.code != 404 {
+                    self.metrics.api_error(verb);
+                }
+                Err(CallError::Status(status.code, status.message.clone()))
+            }
+            Ok(Err(e)) => {
+                self.metrics.api_error(verb);
+                Err(CallError::Other(e.to_string()))
+            }
+            Err(_) => {
+                self.metrics.api_error(verb);
+                Err(CallError::Other(format!(
+                    "{verb} timed out after {:?}",
+                    self.request_timeout
+                )))
+            }
+        }
+    }
+
+    async fn attempt(&self, job: &Job) -> Attempt {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &job.pod.namespace);
+        let name: &str = &job.pod.name;
+        let uid = job.pod.uid.to_string();
+        let pod = match self.call("get", api.get(name)).await {
+            Ok(p) => p,
+            Err(CallError::Status(404, _)) => return Attempt::Gone("pod not found"),
+            Err(e) => return Attempt::Failed(format!("get: {e}")),
+        };
+        if pod.metadata.uid.as_deref() != Some(uid.as_str()) {
+            return Attempt::Gone("pod was replaced (another UID)");
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Attempt::Gone("pod is already terminating");
+        }
+        if !self.leadership.is_leading() {
+            return Attempt::Failed("not the leader".into());
+        }
+        if !has_condition(&pod) {
+            let patch = condition_patch(&uid, pod.metadata.generation);
+            match self
+                .call(
+                    "patch",
+                    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(CallError::Status(404, _)) => return Attempt::Gone("pod not found"),
+                Err(CallError::Status(409, m)) if m.contains("UID") || m.contains("uid") => {
+                    return Attempt::Gone("pod was replaced (UID precondition)");
+                }
+                Err(e) => return Attempt::Failed(format!("patch status: {e}")),
+            }
+        }
+        if !self.leadership.is_leading() {
+            return Attempt::Failed("not the leader".into());
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.call("delete", api.delete(name, &params)).await {
+            Ok(_) => Attempt::Evicted,
+            Err(CallError::Status(404, _)) => Attempt::Gone("pod not found"),
+            Err(CallError::Status(409, _)) => Attempt::Gone("pod was replaced (UID precondition)"),
+            Err(e) => Attempt::Failed(format!("delete: {e}")),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum CallError {
+    Status(u16, String),
+    Other(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Status(code, message) => write!(f, "{code}: {message}"),
+            CallError::Other(message) => f.write_str(message),
+        }
+    }
+}
+
+/// Upstream's `UpdatePodCondition` says no patch is needed when an identical condition is
+/// there.
+fn has_condition(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == CONDITION_TYPE
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some(CONDITION_REASON)
+                    && c.message.as_deref() == Some(CONDITION_MESSAGE)
+            })
+        })
+}
+
+/// The status patch: the condition (merged by type) and the UID as a precondition, as
+/// upstream's `PatchPodStatus` builds it.
+pub fn condition_patch(uid: &str, generation: Option<i64>) -> serde_json::Value {
+    let mut condition = serde_json::json!({
+        "type": CONDITION_TYPE,
+        "status": "True",
+        "reason": CONDITION_REASON,
+        "message": CONDITION_MESSAGE,
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default(),
+    });
+    if let Some(g) = generation.filter(|g| *g > 0) {
+        condition["observedGeneration"] = serde_json::json!(g);
+    }
+    serde_json::json!({
+        "metadata": { "uid": uid },
+        "status": { "conditions": [condition] },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let b = Backoff::default();
+        let first = b.delay(1);
+        assert!(first >= Duration::from_millis(150) && first <= Duration::from_millis(250));
+        let fourth = b.delay(4);
+        assert!(fourth >= Duration::from_millis(1200) && fourth <= Duration::from_millis(2000));
+        let late = b.delay(40);
+        assert!(late <= Duration::from_secs_f64(37.5) && late >= Duration::from_secs_f64(22.5));
+    }
+
+    #[test]
+    fn jitter_is_in_range() {
+        for _ in 0..1000 {
+            let f = random_fraction();
+            assert!((0.0..1.0).contains(&f));
+        }
+    }
+
+    #[test]
+    fn patch_carries_uid_and_condition() {
+        let p = condition_patch("u-1", Some(3));
+        assert_eq!(p["metadata"]["uid"], "u-1");
+        assert_eq!(p["status"]["conditions"][0]["reason"], CONDITION_REASON);
+        assert_eq!(p["status"]["conditions"][0]["observedGeneration"], 3);
+    }
+}

@@ -1,0 +1,152 @@
+//! The controller's Prometheus metrics: upstream's two (same names, same buckets; the latency
+//! in real seconds, fixing upstream's unit bug) and noexecute's own.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Upstream's buckets for `pod_deletion_duration_seconds`: 5 ms to 4 min.
+pub const DELETION_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub pod_deletions: Counter,
+    pub pod_deletion_duration: Histogram,
+    pub scheduled_evictions: Gauge,
+    pub pending_evictions: Gauge,
+    pub api_errors: Family<VerbLabels, Counter>,
+    pub watch_restarts: Family<ResourceLabels, Counter>,
+    pub leader: Gauge,
+    pub events_dropped: Counter,
+    pub eviction_retries: Counter,
+}
+
+impl Metrics {
+    pub fn new(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            pod_deletions: Counter::default(),
+            pod_deletion_duration: Histogram::new(DELETION_BUCKETS),
+            scheduled_evictions: Gauge::default(),
+            pending_evictions: Gauge::default(),
+            api_errors: Family::default(),
+            watch_restarts: Family::default(),
+            leader: Gauge::default(),
+            events_dropped: Counter::default(),
+            eviction_retries: Counter::default(),
+        };
+        let upstream = registry.sub_registry_with_prefix("taint_eviction_controller");
+        // The encoder appends `_total` to counters.
+        upstream.register(
+            "pod_deletions",
+            "Total number of Pods deleted by TaintEvictionController since its start.",
+            m.pod_deletions.clone(),
+        );
+        upstream.register(
+            "pod_deletion_duration_seconds",
+            "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via TaintEvictionController.",
+            m.pod_deletion_duration.clone(),
+        );
+        let own = registry.sub_registry_with_prefix("noexecute");
+        own.register(
+            "scheduled_evictions",
+            "Evictions waiting for their deadline.",
+            m.scheduled_evictions.clone(),
+        );
+        own.register(
+            "pending_evictions",
+            "Evictions not yet confirmed: waiting, in flight or retrying.",
+            m.pending_evictions.clone(),
+        );
+        own.register(
+            "api_errors",
+            "Failed API requests by verb.",
+            m.api_errors.clone(),
+        );
+        own.register(
+            "watch_restarts",
+            "Watch streams that failed and were restarted, by resource.",
+            m.watch_restarts.clone(),
+        );
+        own.register(
+            "leader",
+            "1 while this replica holds the lease (or leader election is off).",
+            m.leader.clone(),
+        );
+        own.register(
+            "events_dropped",
+            "Events not sent because the event queue was full.",
+            m.events_dropped.clone(),
+        );
+        own.register(
+            "eviction_retries",
+            "Eviction attempts after a failed one.",
+            m.eviction_retries.clone(),
+        );
+        m
+    }
+
+    pub fn api_error(&self, verb: &str) {
+        self.api_errors
+            .get_or_create(&VerbLabels { verb: verb.into() })
+            .inc();
+    }
+
+    pub fn watch_restart(&self, resource: &str) {
+        self.watch_restarts
+            .get_or_create(&ResourceLabels {
+                resource: resource.into(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_names_and_buckets() {
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry);
+        m.pod_deletions.inc();
+        m.pod_deletion_duration.observe(0.2);
+        m.api_error("delete");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        assert!(
+            text.contains("taint_eviction_controller_pod_deletions_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "taint_eviction_controller_pod_deletion_duration_seconds_bucket{le=\"0.5\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "taint_eviction_controller_pod_deletion_duration_seconds_bucket{le=\"0.1\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("noexecute_api_errors_total{verb=\"delete\"} 1"),
+            "{text}"
+        );
+    }
+}

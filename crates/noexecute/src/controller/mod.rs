@@ -1,0 +1,325 @@
+//! `noexecute run`: the production controller, a drop-in replacement for
+//! kube-controller-manager's `taint-eviction-controller`.
+//!
+//! ```text
+//!  watch (nodes, bound pods) ─► driver (owns the Engine) ─► executor ─► API server
+//!         ▲                        │  ▲                       │
+//!         │                        │  └──── reports ◄─────────┘
+//!   kube watcher               events ─► event sink ─► API server
+//!                              gauges ─► metrics ◄─ admin server (/metrics /healthz /readyz)
+//!   lease ─► leadership ─► driver (acts only while leading) and executor (fence)
+//! ```
+//!
+//! Modules: [`watch`], [`driver`], [`executor`], [`events`], [`lease`], [`admin`],
+//! [`metrics`], [`ratelimit`], [`clock`]. This file only parses flags and wires them.
+
+pub mod admin;
+pub mod clock;
+pub mod driver;
+pub mod events;
+pub mod executor;
+pub mod lease;
+pub mod metrics;
+pub mod ratelimit;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use noexecute_engine::Engine;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::EngineArgs;
+use crate::scenario::Offset;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    Offset::parse(s).map(|o| Duration::from_millis(o.0.unsigned_abs()))
+}
+
+/// Flags of `noexecute run`. Every flag can also come from the environment.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
+    #[arg(long, env = "NOEXECUTE_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long, env = "NOEXECUTE_CONTEXT")]
+    pub context: Option<String>,
+    /// Client-side requests per second (kube-controller-manager's --kube-api-qps default).
+    #[arg(long, env = "NOEXECUTE_KUBE_API_QPS", default_value_t = 20.0)]
+    pub kube_api_qps: f64,
+    /// Client-side burst (kube-controller-manager's --kube-api-burst default).
+    #[arg(long, env = "NOEXECUTE_KUBE_API_BURST", default_value_t = 30)]
+    pub kube_api_burst: u32,
+    /// Evictions carried out at the same time.
+    #[arg(long, env = "NOEXECUTE_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+    /// Page size of the initial lists.
+    #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
+    pub page_size: u32,
+    /// Address of the admin server (/metrics, /healthz, /readyz).
+    #[arg(long, env = "NOEXECUTE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: SocketAddr,
+    /// Elect a leader among replicas through a Lease.
+    #[arg(long, env = "NOEXECUTE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    #[arg(long, env = "NOEXECUTE_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub leader_elect_lease_duration: Duration,
+    #[arg(long, env = "NOEXECUTE_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
+    pub leader_elect_renew_deadline: Duration,
+    #[arg(long, env = "NOEXECUTE_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else kube-system).
+    #[arg(long, env = "NOEXECUTE_LEADER_ELECT_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    #[arg(long, env = "NOEXECUTE_LEADER_ELECT_NAME", default_value = "noexecute")]
+    pub leader_elect_name: String,
+    /// This replica's identity in the Lease (default: $POD_NAME or the host name, plus a
+    /// random suffix).
+    #[arg(long, env = "NOEXECUTE_IDENTITY")]
+    pub identity: Option<String>,
+    /// `source.component` of the Events recorded. Upstream's name by default, so that event
+    /// queries and alerts keep working after the swap.
+    #[arg(
+        long,
+        env = "NOEXECUTE_EVENT_COMPONENT",
+        default_value = "taint-eviction-controller"
+    )]
+    pub event_component: String,
+    #[arg(long, env = "NOEXECUTE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+impl RunArgs {
+    fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.kube_api_qps > 0.0 && self.kube_api_qps.is_finite(),
+            "--kube-api-qps must be a positive number"
+        );
+        anyhow::ensure!(
+            self.kube_api_burst > 0,
+            "--kube-api-burst must be at least 1"
+        );
+        anyhow::ensure!(self.concurrency > 0, "--concurrency must be at least 1");
+        anyhow::ensure!(self.page_size > 0, "--page-size must be at least 1");
+        if self.leader_elect {
+            anyhow::ensure!(
+                self.leader_elect_lease_duration > self.leader_elect_renew_deadline,
+                "--leader-elect-lease-duration must be longer than --leader-elect-renew-deadline"
+            );
+            anyhow::ensure!(
+                self.leader_elect_renew_deadline > self.leader_elect_retry_period,
+                "--leader-elect-renew-deadline must be longer than --leader-elect-retry-period"
+            );
+        }
+        Ok(())
+    }
+
+    fn identity(&self) -> String {
+        if let Some(id) = &self.identity {
+            return id.clone();
+        }
+        let host = std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "noexecute".into());
+        format!(
+            "{host}_{:08x}",
+            (executor::random_fraction() * f64::from(u32::MAX)) as u32
+        )
+    }
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Exit codes: 0 after a clean shutdown, 1 when leadership was lost (restart to stand by again,
+/// as kube-controller-manager does).
+pub async fn run(args: RunArgs) -> Result<i32> {
+    args.validate()?;
+    let identity = args.identity();
+    let mut config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let options = kube::config::KubeConfigOptions {
+                context: args.context.clone(),
+                ..Default::default()
+            };
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding a kubeconfig or in-cluster config")?,
+    };
+    // Our retries are the executor's, visible and counted; kube's would hide 429s and 5xx
+    // behind up to 15 silent attempts.
+    config.default_retry = false;
+    let client = kube::Client::try_from(config)?;
+
+    let shutdown = CancellationToken::new();
+    let mut registry = Registry::default();
+    let metrics = metrics::Metrics::new(&mut registry);
+    let health = Arc::new(admin::Health::default());
+    let (admin_addr, admin_task) =
+        admin::serve(args.admin_addr, registry, health.clone(), shutdown.clone()).await?;
+    tracing::info!(%admin_addr, %identity, "noexecute starting");
+
+    let limiter = Arc::new(ratelimit::RateLimiter::new(
+        args.kube_api_qps,
+        args.kube_api_burst,
+    ));
+    let clock = clock::Clock::new();
+
+    // Leadership.
+    let (leadership, lease_task) = if args.leader_elect {
+        let (leadership, writer) = lease::Leadership::new();
+        let namespace = args
+            .leader_elect_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "kube-system".into());
+        let cfg = lease::LeaseConfig {
+            name: args.leader_elect_name.clone(),
+            namespace,
+            identity: identity.clone(),
+            lease_duration: args.leader_elect_lease_duration,
+            renew_deadline: args.leader_elect_renew_deadline,
+            retry_period: args.leader_elect_retry_period,
+        };
+        let task = tokio::spawn(lease::run(client.clone(), cfg, writer, shutdown.clone()));
+        health
+            .electing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        (leadership, Some(task))
+    } else {
+        // Dropping the writer is fine: leadership then never changes.
+        let (leadership, _) = lease::Leadership::always();
+        health
+            .electing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        metrics.leader.set(1);
+        (leadership, None)
+    };
+    // A request in flight when the lease is lost must end before another replica can take
+    // the lease: bound it by the gap between lease duration and renew deadline.
+    let request_timeout = if args.leader_elect {
+        (args.leader_elect_lease_duration - args.leader_elect_renew_deadline)
+            .saturating_sub(Duration::from_millis(500))
+            .max(Duration::from_secs(1))
+    } else {
+        Duration::from_secs(30)
+    };
+
+    let (report_tx, report_rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor = executor::Executor::new(
+        client.clone(),
+        limiter.clone(),
+        args.concurrency,
+        leadership.clone(),
+        report_tx,
+        metrics.clone(),
+        clock,
+        request_timeout,
+    );
+    let (events, events_task) = events::EventSink::spawn(
+        client.clone(),
+        args.event_component.clone(),
+        identity.clone(),
+        limiter,
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let (node_rx, pod_rx) = watch::spawn(client, args.page_size, metrics.clone(), shutdown.clone());
+    let driver = driver::Driver::new(
+        Engine::new(args.engine.config()),
+        clock,
+        executor.clone(),
+        events,
+        metrics,
+        leadership,
+        health,
+    );
+
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        signals.cancel();
+    });
+
+    let stop = driver
+        .run(node_rx, pod_rx, report_rx, shutdown.clone())
+        .await;
+    let code = match stop {
+        driver::Stop::Shutdown => 0,
+        driver::Stop::LostLeadership => {
+            tracing::error!("lost leadership; stopped acting and exiting");
+            1
+        }
+        driver::Stop::WatchesEnded => {
+            tracing::error!("watches ended unexpectedly");
+            1
+        }
+    };
+    shutdown.cancel();
+    // Let attempts in flight finish (each is bounded by the request timeout), then release the
+    // lease and stop serving.
+    executor.drain().await;
+    if let Some(task) = lease_task
+        && let Ok(Err(e)) = task.await
+    {
+        tracing::error!(error = %e, "leader election");
+    }
+    let _ = events_task.await;
+    let _ = admin_task.await;
+    Ok(code)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
