@@ -170,7 +170,7 @@ pub enum Output {
 #[derive(Debug, Args, Clone, Default)]
 pub struct EngineArgs {
     /// Honour the Lt/Gt toleration operators (upstream's alpha TaintTolerationComparisonOperators gate).
-    #[arg(long)]
+    #[arg(long, env = "NOEXECUTE_COMPARISON_OPERATORS")]
     pub comparison_operators: bool,
 }
 

@@ -108,6 +108,41 @@ impl Plane {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// Run the plane's kubectl as admin, from the repository root.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let bin = self
+            .env
+            .get("NOEXECUTE_KUBE_BIN")
+            .ok_or_else(|| anyhow!("the plane's env file has no NOEXECUTE_KUBE_BIN"))?;
+        let output = Command::new(Path::new(bin).join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .context("running kubectl")?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Install what `deploy/` grants the controller (namespace, service account, RBAC), so
+    /// that a controller running with [`Plane::controller_kubeconfig`] has exactly that.
+    pub fn install_rbac(&self) -> Result<()> {
+        self.kubectl(&[
+            "apply",
+            "-f",
+            "deploy/namespace.yaml",
+            "-f",
+            "deploy/rbac.yaml",
+        ])?;
+        Ok(())
+    }
+
     /// A client with admin rights. Make one per test: a client is tied to the runtime it was
     /// made on.
     pub async fn admin_client(&self) -> Result<Client> {
@@ -149,6 +184,9 @@ pub struct TestNamespace {
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Label on test nodes naming the test's namespace.
+pub const TEST_LABEL: &str = "noexecute.test/namespace";
 
 impl TestNamespace {
     pub async fn create(client: &Client, prefix: &str) -> Result<TestNamespace> {
@@ -200,11 +238,20 @@ impl TestNamespace {
         format!("{}-{suffix}", self.name)
     }
 
-    /// Create a node (named [`TestNamespace::node_name`]) with `taints`.
+    /// The label every node of this test carries, as a selector: a controller started with
+    /// `--node-selector` set to it manages this test's nodes only.
+    pub fn node_selector(&self) -> String {
+        format!("{TEST_LABEL}={}", self.name)
+    }
+
+    /// Create a node (named [`TestNamespace::node_name`]) with `taints`, labelled with
+    /// [`TestNamespace::node_selector`].
     pub async fn create_node(&self, suffix: &str, taints: Vec<Taint>) -> Result<String> {
         let name = self.node_name(suffix);
+        let mut n = node(&name, taints);
+        n.metadata.labels = Some([(TEST_LABEL.to_string(), self.name.clone())].into());
         self.nodes()
-            .create(&PostParams::default(), &node(&name, taints))
+            .create(&PostParams::default(), &n)
             .await
             .with_context(|| format!("creating node {name}"))?;
         if let Ok(mut nodes) = self.nodes.lock() {
@@ -444,5 +491,134 @@ where
             bail!("{what}: not true within {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `noexecute run` as a child process, with its admin server on a free loopback port and its
+/// output in a log file. Killed when dropped.
+pub struct Controller {
+    child: tokio::process::Child,
+    pub admin: std::net::SocketAddr,
+    pub log: PathBuf,
+}
+
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+impl Controller {
+    /// Start `binary run` against `plane` as the controller's service account, with `args`
+    /// appended. `name` names the log file.
+    pub fn start(plane: &Plane, binary: &Path, name: &str, args: &[&str]) -> Result<Controller> {
+        let port = free_port()?;
+        let admin: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let log = plane.state_dir.join(format!("controller-{name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let err = out.try_clone()?;
+        let child = tokio::process::Command::new(binary)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&plane.controller_kubeconfig)
+            .arg("--admin-addr")
+            .arg(admin.to_string())
+            .arg("--leader-elect-namespace")
+            .arg("noexecute")
+            .args(args)
+            .env("RUST_LOG", "info,noexecute=debug")
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Controller { child, admin, log })
+    }
+
+    async fn get(&self, path: &str) -> Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.admin).await?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// Wait until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "the controller exited ({status}) before it was ready; log: {}",
+                    self.log_text()
+                );
+            }
+            if let Ok((200, _)) = self.get("/readyz").await {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the controller was not ready within {timeout:?}; log: {}",
+                    self.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> Result<String> {
+        let (status, body) = self.get("/metrics").await?;
+        anyhow::ensure!(status == 200, "/metrics answered {status}");
+        Ok(body)
+    }
+
+    /// The value of the sample whose name (with labels, as printed) is `sample`.
+    pub async fn metric(&self, sample: &str) -> Result<Option<f64>> {
+        Ok(self
+            .metrics()
+            .await?
+            .lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|v| v.trim().parse().ok())))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: a crash, no clean-up.
+    pub async fn kill(&mut self) -> Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+
+    /// SIGTERM and wait for the exit code (bounded).
+    pub async fn terminate(&mut self, timeout: Duration) -> Result<Option<i32>> {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
+        }
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => Ok(status?.code()),
+            Err(_) => bail!("the controller did not exit within {timeout:?} of SIGTERM"),
+        }
+    }
+
+    /// The exit code, if it has exited.
+    pub fn exited(&mut self) -> Result<Option<i32>> {
+        Ok(self.child.try_wait()?.map(|s| s.code().unwrap_or(-1)))
     }
 }

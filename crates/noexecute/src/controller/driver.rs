@@ -57,7 +57,8 @@ pub struct Driver {
     pub metrics: Metrics,
     pub leadership: Leadership,
     pub health: Arc<Health>,
-    parked: HashMap<EvictionId, Job>,
+    /// Evictions decided while this replica may not act, with their upstream event.
+    parked: HashMap<EvictionId, (Job, Option<noexecute_engine::action::UpstreamEvent>)>,
     in_flight: HashSet<EvictionId>,
     nodes: Relist<String>,
     pods: Relist<(String, String)>,
@@ -244,9 +245,12 @@ impl Driver {
 
     /// Carry out the engine's actions.
     fn dispatch(&mut self, out: &mut Vec<Action>) {
+        let may_act = self.may_act();
         for action in out.drain(..) {
-            if let Some(event) = action.upstream_event() {
-                self.events.record(action.pod(), event);
+            // Only the replica that acts records events: a standby would duplicate them.
+            let event = action.upstream_event();
+            if may_act && let Some(event) = &event {
+                self.events.record(action.pod(), event.clone());
             }
             match action {
                 Action::Schedule {
@@ -283,11 +287,11 @@ impl Driver {
                         eviction,
                         deadline,
                     };
-                    if self.may_act() {
+                    if may_act {
                         self.in_flight.insert(eviction);
                         self.executor.submit(job);
                     } else {
-                        self.parked.insert(eviction, job);
+                        self.parked.insert(eviction, (job, event));
                     }
                 }
                 Action::Skip { pod, .. } => {
@@ -298,12 +302,17 @@ impl Driver {
     }
 
     fn release_parked(&mut self) {
-        let parked: Vec<Job> = self.parked.drain().map(|(_, j)| j).collect();
+        let mut parked: Vec<(Job, Option<noexecute_engine::action::UpstreamEvent>)> =
+            self.parked.drain().map(|(_, j)| j).collect();
+        parked.sort_by_key(|(job, _)| (job.deadline, job.eviction));
         tracing::info!(
             count = parked.len(),
             "acting on evictions decided while not leading"
         );
-        for job in parked {
+        for (job, event) in parked {
+            if let Some(event) = event {
+                self.events.record(&job.pod, event);
+            }
             self.in_flight.insert(job.eviction);
             self.executor.submit(job);
         }

@@ -224,6 +224,11 @@ impl Executor {
     }
 
     async fn attempt(&self, job: &Job) -> Attempt {
+        // Queued attempts of a replica that lost the lease (or is shutting down) stop here,
+        // without spending requests.
+        if !self.leadership.is_leading() {
+            return Attempt::Failed("not the leader".into());
+        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &job.pod.namespace);
         let name: &str = &job.pod.name;
         let uid = job.pod.uid.to_string();

@@ -242,6 +242,7 @@ pub async fn run(
     cfg: LeaseConfig,
     writer: LeadershipWriter,
     shutdown: CancellationToken,
+    metrics: super::metrics::Metrics,
 ) -> Result<(), LeaseError> {
     let mut elector = Elector {
         api: Api::namespaced(client, &cfg.namespace),
@@ -259,8 +260,14 @@ pub async fn run(
             result = attempt => match result {
                 Ok(Ok(true)) => break,
                 Ok(Ok(false)) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "lease acquire attempt failed"),
-                Err(_) => tracing::warn!("lease acquire attempt timed out"),
+                Ok(Err(e)) => {
+                    metrics.api_error("lease");
+                    tracing::warn!(error = %e, "lease acquire attempt failed");
+                }
+                Err(_) => {
+                    metrics.api_error("lease");
+                    tracing::warn!("lease acquire attempt timed out");
+                }
             },
         }
         tokio::select! {
@@ -289,8 +296,14 @@ pub async fn run(
         match attempt.await {
             Ok(Ok(true)) => last_renew = Instant::now(),
             Ok(Ok(false)) => tracing::warn!("the lease was taken by another replica"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
-            Err(_) => tracing::warn!("lease renewal timed out"),
+            Ok(Err(e)) => {
+                metrics.api_error("lease");
+                tracing::warn!(error = %e, "lease renewal failed");
+            }
+            Err(_) => {
+                metrics.api_error("lease");
+                tracing::warn!("lease renewal timed out");
+            }
         }
         if Instant::now() >= last_renew + cfg.renew_deadline {
             writer.set(false);
@@ -342,5 +355,11 @@ mod tests {
         ));
         assert!(may_take(&record("a"), "a", t0, d, t0), "our own lease");
         assert!(may_take(&record(""), "a", t0, d, t0), "a released lease");
+        let mut short = record("b");
+        short.lease_duration_seconds = 4;
+        assert!(
+            may_take(&short, "a", t0, d, t0 + Duration::from_secs(4)),
+            "the holder's recorded duration counts, not ours"
+        );
     }
 }

@@ -65,6 +65,10 @@ pub struct RunArgs {
     /// Evictions carried out at the same time.
     #[arg(long, env = "NOEXECUTE_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
+    /// Manage only the nodes matching this label selector (e.g. one node pool per
+    /// controller). Pods on other nodes are never evicted by this instance.
+    #[arg(long, env = "NOEXECUTE_NODE_SELECTOR")]
+    pub node_selector: Option<String>,
     /// Page size of the initial lists.
     #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
     pub page_size: u32,
@@ -174,6 +178,13 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             };
             kube::Config::from_custom_kubeconfig(kc, &options).await?
         }
+        None if args.context.is_some() => {
+            let options = kube::config::KubeConfigOptions {
+                context: args.context.clone(),
+                ..Default::default()
+            };
+            kube::Config::from_kubeconfig(&options).await?
+        }
         None => kube::Config::infer()
             .await
             .context("finding a kubeconfig or in-cluster config")?,
@@ -213,10 +224,20 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             renew_deadline: args.leader_elect_renew_deadline,
             retry_period: args.leader_elect_retry_period,
         };
-        let task = tokio::spawn(lease::run(client.clone(), cfg, writer, shutdown.clone()));
         health
             .electing
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        let lease_health = health.clone();
+        let lease_metrics = metrics.clone();
+        let lease_client = client.clone();
+        let lease_shutdown = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let result = lease::run(lease_client, cfg, writer, lease_shutdown, lease_metrics).await;
+            lease_health
+                .electing
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            result
+        });
         (leadership, Some(task))
     } else {
         // Dropping the writer is fine: leadership then never changes.
@@ -256,7 +277,13 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics.clone(),
         shutdown.clone(),
     );
-    let (node_rx, pod_rx) = watch::spawn(client, args.page_size, metrics.clone(), shutdown.clone());
+    let (node_rx, pod_rx) = watch::spawn(
+        client,
+        args.page_size,
+        args.node_selector.as_deref(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
     let driver = driver::Driver::new(
         Engine::new(args.engine.config()),
         clock,

@@ -61,6 +61,7 @@ async fn forward<K>(
 pub fn spawn(
     client: Client,
     page_size: u32,
+    node_selector: Option<&str>,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> (mpsc::Receiver<NodeEvent>, mpsc::Receiver<PodEvent>) {
@@ -68,7 +69,10 @@ pub fn spawn(
     let (pod_tx, pod_rx) = mpsc::channel(1024);
     let nodes: Api<SlimNode> = Api::all_with(client.clone(), &slim::node_resource());
     let pods: Api<SlimPod> = Api::all_with(client, &slim::pod_resource());
-    let node_config = watcher::Config::default().page_size(page_size);
+    let mut node_config = watcher::Config::default().page_size(page_size);
+    if let Some(selector) = node_selector {
+        node_config = node_config.labels(selector);
+    }
     // Unbound pods cannot be taint-evicted; they arrive as updates once bound.
     let pod_config = watcher::Config::default()
         .page_size(page_size)
