@@ -10,6 +10,9 @@ use noexecute_testkit::*;
 
 const PLANE: &str = "controller-ha";
 
+/// The tests here count the API server's pod DELETEs, so they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_noexecute"))
 }
@@ -66,6 +69,7 @@ async fn pod_deletes(plane: &Plane) -> Result<f64> {
 
 #[tokio::test]
 async fn killing_the_leader_mid_countdown_hands_over_without_double_deletes() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     let plane = Plane::shared(PLANE, &[])?;
     plane.install_rbac()?;
     let ns = TestNamespace::create(&plane.admin_client().await?, "ha-kill").await?;
@@ -133,6 +137,7 @@ async fn killing_the_leader_mid_countdown_hands_over_without_double_deletes() ->
 
 #[tokio::test]
 async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     let plane = Plane::shared(PLANE, &[])?;
     plane.install_rbac()?;
     let ns = TestNamespace::create(&plane.admin_client().await?, "ha-term").await?;
@@ -173,5 +178,72 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Resu
     tokio::time::sleep(Duration::from_millis(300)).await;
     add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
     wait_evicted(&ns.pods(), "after", Duration::from_secs(3)).await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn the_controller_rides_out_an_api_server_restart_and_evicts_on_time() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let plane = Plane::shared(PLANE, &[])?;
+    plane.install_rbac()?;
+    let ns = TestNamespace::create(&plane.admin_client().await?, "ha-restart").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    let later = ns.create_node("later", vec![]).await?;
+    ns.create_pod(&pod(
+        "timed",
+        &node,
+        vec![tolerate("example.com/t", Some(14))],
+        None,
+    ))
+    .await?;
+    ns.create_pod(&pod("after-restart", &later, vec![], None))
+        .await?;
+    // Default leader-election timings: a 7 s outage is within the 10 s renew deadline.
+    let selector = ns.node_selector();
+    let lease = format!("lease-{}", ns.name);
+    let mut c = Controller::start(
+        plane,
+        binary(),
+        &ns.name,
+        &["--node-selector", &selector, "--leader-elect-name", &lease],
+    )?;
+    c.wait_ready(Duration::from_secs(30)).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.metric("noexecute_leader").await? != Some(1.0) {
+        anyhow::ensure!(Instant::now() < deadline, "never led: {}", c.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tainted = Instant::now();
+    add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restart = tokio::task::spawn_blocking(move || {
+        plane.script(&["apiserver-restart", "--down-for", "3"])
+    });
+    restart.await??;
+    println!("API server back {:?} after the taint", tainted.elapsed());
+    // Clients made before the restart keep working (same port, certificates, tokens).
+    let pods = ns.pods();
+    let evicted = wait_evicted(&pods, "timed", Duration::from_secs(20)).await?;
+    let after = evicted.seen_at.duration_since(tainted);
+    println!("evicted {after:?} after the taint (toleration 14 s)");
+    assert!(
+        after >= Duration::from_secs(13) && after <= Duration::from_secs(16),
+        "evicted {after:?} after the taint; expected 14 s (+ latency). log:\n{}",
+        c.log_text()
+    );
+    // The watches recovered: a new taint is acted on at once.
+    let tainted = Instant::now();
+    add_taint(&ns.nodes(), &later, no_execute("example.com/t", "")).await?;
+    let e = wait_evicted(&ns.pods(), "after-restart", Duration::from_secs(5)).await?;
+    println!(
+        "after the restart, evicted {:?} after the taint",
+        e.seen_at.duration_since(tainted)
+    );
+    assert_eq!(c.exited()?, None, "still running: {}", c.log_text());
+    let restarts = c.metrics().await?;
+    assert!(
+        restarts.contains("noexecute_watch_restarts_total"),
+        "{restarts}"
+    );
     ns.cleanup().await
 }
