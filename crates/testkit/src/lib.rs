@@ -57,12 +57,18 @@ impl Plane {
     /// Start the plane `name`, or reuse it if it is already up, with kube-controller-manager
     /// running exactly `controllers` (none if empty). Blocking; safe to call from many threads.
     pub fn up(name: &str, controllers: &[&str]) -> Result<Plane> {
+        Plane::up_with_env(name, controllers, &[])
+    }
+
+    /// [`Plane::up`] with extra environment for `scripts/cluster` (e.g. `NOEXECUTE_KCM_ARGS`).
+    pub fn up_with_env(name: &str, controllers: &[&str], env: &[(&str, &str)]) -> Result<Plane> {
         let root = repo_root();
         let state_dir = root.join("target").join(format!("cluster-{name}"));
         let output = Command::new(root.join("scripts/cluster"))
             .arg("up")
             .arg(format!("--with-controllers={}", controllers.join(",")))
             .env("NOEXECUTE_CLUSTER_DIR", &state_dir)
+            .envs(env.iter().copied())
             .output()
             .context("running scripts/cluster up")?;
         if !output.status.success() {
@@ -106,6 +112,40 @@ impl Plane {
             );
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Stop the plane named `name` if it runs, and remove its state.
+    pub fn reset(name: &str) -> Result<()> {
+        let root = repo_root();
+        let state_dir = root.join("target").join(format!("cluster-{name}"));
+        let status = Command::new(root.join("scripts/cluster"))
+            .arg("down")
+            .env("NOEXECUTE_CLUSTER_DIR", &state_dir)
+            .output()
+            .context("running scripts/cluster down")?;
+        anyhow::ensure!(
+            status.status.success(),
+            "scripts/cluster down failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        Ok(())
+    }
+
+    /// Stop the plane and remove its state.
+    pub fn down(&self) -> Result<()> {
+        self.script(&["down"]).map(|_| ())
+    }
+
+    /// The pid of one of the plane's processes (`kube-apiserver`, `etcd`,
+    /// `kube-controller-manager`), from its pid file.
+    pub fn pid(&self, component: &str) -> Option<u32> {
+        std::fs::read_to_string(self.state_dir.join(format!("{component}.pid")))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// Run the plane's kubectl as admin, from the repository root.
@@ -615,6 +655,10 @@ impl Controller {
             Ok(status) => Ok(status?.code()),
             Err(_) => bail!("the controller did not exit within {timeout:?} of SIGTERM"),
         }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The exit code, if it has exited.

@@ -1,0 +1,557 @@
+//! # noexecute-bench
+//!
+//! `noexecute run` against upstream's `taint-eviction-controller` (kube-controller-manager with
+//! only that controller), each in turn on a freshly started kube-apiserver + etcd, with the
+//! same client QPS and burst, never both at once.
+//!
+//! One run:
+//! 1. a fresh plane; N nodes × M pods: 10% tolerate nothing, 80% tolerate not-ready and
+//!    unreachable for S seconds (as DefaultTolerationSeconds would, with S), 10% forever;
+//! 2. the controller starts and proves it is live: a canary pod on a canary node is evicted;
+//! 3. every node gets `node.kubernetes.io/unreachable:NoExecute` at once;
+//! 4. a watch records when each pod is evicted (deletion timestamp set or gone), until every
+//!    expected eviction is seen, then a few more seconds to catch wrong ones;
+//! 5. the controller process's RSS (steady and peak) and CPU, and the API server's request
+//!    counters, are read around it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Pod, Toleration};
+use kube::api::PostParams;
+use kube::runtime::watcher;
+use noexecute_testkit::*;
+use serde::Serialize;
+
+pub const TAINT_KEY: &str = "node.kubernetes.io/unreachable";
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Which {
+    Upstream,
+    Noexecute,
+}
+
+impl std::fmt::Display for Which {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Which::Upstream => "upstream",
+            Which::Noexecute => "noexecute",
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub nodes: usize,
+    pub pods_per_node: usize,
+    /// S: the tolerating pods' `tolerationSeconds`.
+    pub toleration_seconds: i64,
+    pub qps: f64,
+    pub burst: u32,
+    /// The `noexecute` binary.
+    pub binary: PathBuf,
+    /// How long to keep watching after the last expected eviction, for wrong ones.
+    pub settle: Duration,
+}
+
+/// What a pod is expected to do.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Class {
+    Untolerated,
+    Tolerating,
+    Forever,
+}
+
+fn class_of(index: usize) -> Class {
+    match index % 10 {
+        0 => Class::Untolerated,
+        1 => Class::Forever,
+        _ => Class::Tolerating,
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub controller: Which,
+    pub nodes: usize,
+    pub pods: usize,
+    pub toleration_seconds: i64,
+    pub qps: f64,
+    pub burst: u32,
+    /// Taint to the last untolerated pod evicted, in seconds.
+    pub makespan_s: f64,
+    /// Eviction lag of the tolerating pods against their deadline (node tainted + S), ms.
+    pub lag_p50_ms: f64,
+    pub lag_p99_ms: f64,
+    pub lag_max_ms: f64,
+    /// Resident memory once synced and idle, and the process's peak, in MiB.
+    pub rss_steady_mib: f64,
+    pub rss_peak_mib: f64,
+    /// User + system CPU seconds from the taint to the end of the run.
+    pub cpu_s: f64,
+    /// API server requests made during the run, by "VERB resource[/subresource]".
+    pub requests: BTreeMap<String, f64>,
+    pub evicted: usize,
+    pub wrong: usize,
+    pub missed: usize,
+    #[serde(skip)]
+    pub evicted_names: BTreeSet<String>,
+}
+
+/// A toleration that keeps the DefaultTolerationSeconds plugin from adding its own (it sees a
+/// toleration for the key) but matches no real taint (it wants a value the taint lacks).
+fn decoy(key: &str) -> Toleration {
+    Toleration {
+        key: Some(key.into()),
+        operator: Some("Equal".into()),
+        value: Some("never-matches".into()),
+        effect: Some("NoExecute".into()),
+        toleration_seconds: None,
+    }
+}
+
+fn tolerations(class: Class, seconds: i64) -> Vec<Toleration> {
+    match class {
+        Class::Untolerated => vec![decoy("node.kubernetes.io/not-ready"), decoy(TAINT_KEY)],
+        Class::Forever => vec![Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }],
+        Class::Tolerating => vec![
+            tolerate("node.kubernetes.io/not-ready", Some(seconds)),
+            tolerate(TAINT_KEY, Some(seconds)),
+        ],
+    }
+}
+
+/// (utime + stime) seconds and (VmRSS, VmHWM) MiB of a process, from /proc.
+fn process_stats(pid: u32) -> Result<(f64, f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("unexpected /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // `rest` starts at field 3 (state), so field n is at index n - 3.
+    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((cpu, kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0))
+}
+
+/// `apiserver_request_total`, summed by "VERB resource[/subresource]".
+fn request_counts(plane: &Plane) -> Result<BTreeMap<String, f64>> {
+    let text = plane.kubectl(&["get", "--raw", "/metrics"])?;
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            let needle = format!("{name}=\"");
+            line.split(&needle)
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+        if resource.is_empty() {
+            continue;
+        }
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let key = if sub.is_empty() {
+            format!("{verb} {resource}")
+        } else {
+            format!("{verb} {resource}/{sub}")
+        };
+        *out.entry(key).or_insert(0.0) += value;
+    }
+    Ok(out)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The controller under test, started on `plane`.
+enum Running {
+    Upstream,
+    Noexecute(Controller),
+}
+
+pub async fn run(which: Which, opts: &Options) -> Result<Outcome> {
+    let name = format!("bench-{which}");
+    // Always a fresh plane.
+    Plane::reset(&name)?;
+    let plane = Plane::up(&name, &[])?;
+    let result = measure(which, opts, &plane).await;
+    let _ = plane.down();
+    result
+}
+
+async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome> {
+    plane.install_rbac()?;
+    let client = plane.admin_client().await?;
+    let ns = TestNamespace::create(&client, "bench").await?;
+    let total = opts.nodes * opts.pods_per_node;
+    eprintln!(
+        "[{which}] populating {} nodes × {} pods",
+        opts.nodes, opts.pods_per_node
+    );
+    let node_names: Vec<String> = futures::stream::iter(0..opts.nodes)
+        .map(|n| {
+            let ns = &ns;
+            async move { ns.create_node(&format!("n{n}"), vec![]).await }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await?;
+    let mut node_names = node_names;
+    node_names.sort();
+    let pods_api = ns.pods();
+    let mut classes: HashMap<String, (Class, String)> = HashMap::new();
+    let mut specs = Vec::with_capacity(total);
+    for (n, node) in node_names.iter().enumerate() {
+        for i in 0..opts.pods_per_node {
+            let index = n * opts.pods_per_node + i;
+            let class = class_of(index);
+            let pod_name = format!("p{index}");
+            classes.insert(pod_name.clone(), (class, node.clone()));
+            specs.push(pod(
+                &pod_name,
+                node,
+                tolerations(class, opts.toleration_seconds),
+                None,
+            ));
+        }
+    }
+    futures::stream::iter(specs)
+        .map(|p| {
+            let api = pods_api.clone();
+            async move { api.create(&PostParams::default(), &p).await }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<Pod>>()
+        .await
+        .context("creating pods")?;
+
+    // Start the controller with the same client limits.
+    let qps = format!("{}", opts.qps);
+    let burst = format!("{}", opts.burst);
+    let running = match which {
+        Which::Upstream => {
+            let kcm_args = format!("--kube-api-qps={qps} --kube-api-burst={burst}");
+            Plane::up_with_env(
+                &plane.name,
+                &["taint-eviction-controller"],
+                &[("NOEXECUTE_KCM_ARGS", kcm_args.as_str())],
+            )?;
+            Running::Upstream
+        }
+        Which::Noexecute => {
+            let mut c = Controller::start(
+                plane,
+                &opts.binary,
+                "bench",
+                &[
+                    "--leader-elect=false",
+                    "--kube-api-qps",
+                    &qps,
+                    "--kube-api-burst",
+                    &burst,
+                ],
+            )?;
+            c.wait_ready(Duration::from_secs(120)).await?;
+            Running::Noexecute(c)
+        }
+    };
+    let pid = match &running {
+        Running::Upstream => plane.pid("kube-controller-manager"),
+        Running::Noexecute(c) => c.pid(),
+    }
+    .context("the controller's pid")?;
+
+    // Liveness proof, the same for both: a canary is evicted.
+    let canary_node = ns.create_node("canary", vec![]).await?;
+    ns.create_pod(&pod(
+        "canary",
+        &canary_node,
+        tolerations(Class::Untolerated, 0),
+        Some(0),
+    ))
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    add_taint(
+        &ns.nodes(),
+        &canary_node,
+        no_execute("example.com/canary", ""),
+    )
+    .await?;
+    wait_evicted(&pods_api, "canary", Duration::from_secs(120))
+        .await
+        .context("the controller did not evict the canary")?;
+    // Let the canary's aftermath (events) pass before measuring.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu_before, rss_steady, _) = process_stats(pid)?;
+    let requests_before = request_counts(plane)?;
+
+    // Record every eviction.
+    let evicted_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let recorder = {
+        let evicted_at = evicted_at.clone();
+        let api = pods_api.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Ok(Some(event)) = stream.try_next().await {
+                let (pod, gone) = match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                    watcher::Event::Delete(p) => (p, true),
+                    _ => continue,
+                };
+                if gone || pod.metadata.deletion_timestamp.is_some() {
+                    let name = pod.metadata.name.unwrap_or_default();
+                    if let Ok(mut map) = evicted_at.lock() {
+                        map.entry(name).or_insert_with(Instant::now);
+                    }
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    eprintln!("[{which}] tainting {} nodes", opts.nodes);
+    let nodes_api = ns.nodes();
+    let started = Instant::now();
+    let tainted: Vec<(String, Instant)> = futures::stream::iter(node_names.clone())
+        .map(|n| {
+            let api = nodes_api.clone();
+            async move {
+                add_taint(&api, &n, no_execute(TAINT_KEY, "")).await?;
+                Ok::<_, anyhow::Error>((n, Instant::now()))
+            }
+        })
+        .buffer_unordered(50)
+        .try_collect()
+        .await?;
+    let tainted: HashMap<String, Instant> = tainted.into_iter().collect();
+
+    // Wait for every expected eviction (bounded by what the QPS allows, with room).
+    let expected: BTreeSet<String> = classes
+        .iter()
+        .filter(|(_, (c, _))| *c != Class::Forever)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let budget = Duration::from_secs_f64(
+        opts.toleration_seconds as f64 + 60.0 + total as f64 * 6.0 / opts.qps,
+    );
+    let mut peak = 0f64;
+    let deadline = Instant::now() + budget;
+    loop {
+        let seen = evicted_at.lock().map(|m| m.len()).unwrap_or(0);
+        if let Ok((_, _, hwm)) = process_stats(pid) {
+            peak = peak.max(hwm);
+        }
+        let done = evicted_at
+            .lock()
+            .map(|m| expected.iter().all(|p| m.contains_key(p)))
+            .unwrap_or(false);
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            eprintln!("[{which}] gave up waiting after {budget:?} ({seen} evicted)");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(opts.settle).await;
+    let (cpu_after, _, hwm) = process_stats(pid)?;
+    peak = peak.max(hwm);
+    let requests_after = request_counts(plane)?;
+    recorder.abort();
+    if let Running::Noexecute(mut c) = running {
+        let _ = c.terminate(Duration::from_secs(10)).await;
+    }
+
+    let evicted_at = evicted_at.lock().map(|m| m.clone()).unwrap_or_default();
+    let evicted_names: BTreeSet<String> = evicted_at
+        .keys()
+        .filter(|n| classes.contains_key(*n))
+        .cloned()
+        .collect();
+    let wrong = evicted_names
+        .iter()
+        .filter(|n| classes.get(*n).is_some_and(|(c, _)| *c == Class::Forever))
+        .count();
+    let missed = expected.difference(&evicted_names).count();
+    let makespan = classes
+        .iter()
+        .filter(|(_, (c, _))| *c == Class::Untolerated)
+        .filter_map(|(n, _)| evicted_at.get(n))
+        .map(|t| t.duration_since(started).as_secs_f64())
+        .fold(0f64, f64::max);
+    let mut lags: Vec<f64> = classes
+        .iter()
+        .filter(|(_, (c, _))| *c == Class::Tolerating)
+        .filter_map(|(n, (_, node))| {
+            let at = evicted_at.get(n)?;
+            let due = *tainted.get(node)? + Duration::from_secs(opts.toleration_seconds as u64);
+            Some(if *at >= due {
+                at.duration_since(due).as_secs_f64() * 1000.0
+            } else {
+                -(due.duration_since(*at).as_secs_f64() * 1000.0)
+            })
+        })
+        .collect();
+    lags.sort_by(f64::total_cmp);
+    let mut requests = BTreeMap::new();
+    for (k, v) in &requests_after {
+        let d = v - requests_before.get(k).copied().unwrap_or(0.0);
+        if d > 0.0 {
+            requests.insert(k.clone(), d);
+        }
+    }
+    if evicted_names.is_empty() {
+        bail!("[{which}] nothing was evicted");
+    }
+    Ok(Outcome {
+        controller: which,
+        nodes: opts.nodes,
+        pods: total,
+        toleration_seconds: opts.toleration_seconds,
+        qps: opts.qps,
+        burst: opts.burst,
+        makespan_s: makespan,
+        lag_p50_ms: percentile(&lags, 50.0),
+        lag_p99_ms: percentile(&lags, 99.0),
+        lag_max_ms: lags.last().copied().unwrap_or(0.0),
+        rss_steady_mib: rss_steady,
+        rss_peak_mib: peak,
+        cpu_s: cpu_after - cpu_before,
+        requests,
+        evicted: evicted_names.len(),
+        wrong,
+        missed,
+        evicted_names,
+    })
+}
+
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs.abs() < f64::EPSILON {
+        "–".into()
+    } else {
+        format!("{:.2}×", ours / theirs)
+    }
+}
+
+/// The side-by-side Markdown table (noexecute / upstream ratios).
+pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
+    let mut s = format!(
+        "{} nodes × {} pods ({} pods), S = {} s, QPS/burst {}/{}\n\n| metric | upstream | noexecute | noexecute / upstream |\n|---|---|---|---|\n",
+        ours.nodes,
+        ours.pods / ours.nodes.max(1),
+        ours.pods,
+        ours.toleration_seconds,
+        ours.qps,
+        ours.burst
+    );
+    let rows: [(&str, f64, f64, &str); 8] = [
+        (
+            "makespan: taint → last untolerated pod evicted",
+            upstream.makespan_s,
+            ours.makespan_s,
+            "s",
+        ),
+        (
+            "lag of tolerating pods, p50",
+            upstream.lag_p50_ms,
+            ours.lag_p50_ms,
+            "ms",
+        ),
+        (
+            "lag of tolerating pods, p99",
+            upstream.lag_p99_ms,
+            ours.lag_p99_ms,
+            "ms",
+        ),
+        (
+            "lag of tolerating pods, max",
+            upstream.lag_max_ms,
+            ours.lag_max_ms,
+            "ms",
+        ),
+        (
+            "RSS, steady",
+            upstream.rss_steady_mib,
+            ours.rss_steady_mib,
+            "MiB",
+        ),
+        ("RSS, peak", upstream.rss_peak_mib, ours.rss_peak_mib, "MiB"),
+        (
+            "CPU (user + sys) over the run",
+            upstream.cpu_s,
+            ours.cpu_s,
+            "s",
+        ),
+        (
+            "pods evicted",
+            upstream.evicted as f64,
+            ours.evicted as f64,
+            "",
+        ),
+    ];
+    for (label, theirs, mine, unit) in rows {
+        s.push_str(&format!(
+            "| {label} | {theirs:.1} {unit} | {mine:.1} {unit} | {} |\n",
+            ratio(mine, theirs)
+        ));
+    }
+    s.push_str(&format!(
+        "| wrongly evicted / missed | {} / {} | {} / {} | |\n",
+        upstream.wrong, upstream.missed, ours.wrong, ours.missed
+    ));
+    let keys: BTreeSet<&String> = upstream
+        .requests
+        .keys()
+        .chain(ours.requests.keys())
+        .collect();
+    for k in keys {
+        if !(k.contains("pods") || k.contains("events") || k.contains("leases")) {
+            continue;
+        }
+        let theirs = upstream.requests.get(k).copied().unwrap_or(0.0);
+        let mine = ours.requests.get(k).copied().unwrap_or(0.0);
+        s.push_str(&format!(
+            "| API requests: {k} | {theirs:.0} | {mine:.0} | {} |\n",
+            ratio(mine, theirs)
+        ));
+    }
+    s
+}

@@ -1,0 +1,76 @@
+//! `noexecute-bench`: the side-by-side benchmark. See `docs/benchmarks.md`.
+//!
+//!     bench/run --nodes 100 --pods-per-node 30 --toleration-seconds 30 --qps 20 --burst 30
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use noexecute_bench::{Options, Which, markdown, run};
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "noexecute run vs upstream's taint-eviction-controller on the same real control plane"
+)]
+struct Args {
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    #[arg(long, default_value_t = 30)]
+    pods_per_node: usize,
+    /// S: tolerationSeconds of the 80% tolerating pods.
+    #[arg(long, default_value_t = 30)]
+    toleration_seconds: i64,
+    /// Client QPS for both controllers (kube-controller-manager's default is 20).
+    #[arg(long, default_value_t = 20.0)]
+    qps: f64,
+    /// Client burst for both controllers (kube-controller-manager's default is 30).
+    #[arg(long, default_value_t = 30)]
+    burst: u32,
+    /// Seconds to keep watching after the last expected eviction.
+    #[arg(long, default_value_t = 5)]
+    settle: u64,
+    /// The noexecute binary (build it with --release first).
+    #[arg(long, default_value = "target/release/noexecute")]
+    binary: PathBuf,
+    /// Write both outcomes and the table here as JSON.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let opts = Options {
+        nodes: args.nodes,
+        pods_per_node: args.pods_per_node,
+        toleration_seconds: args.toleration_seconds,
+        qps: args.qps,
+        burst: args.burst,
+        binary: args.binary.canonicalize().with_context(|| {
+            format!(
+                "{} (build it: cargo build --release -p noexecute)",
+                args.binary.display()
+            )
+        })?,
+        settle: Duration::from_secs(args.settle),
+    };
+    let upstream = run(Which::Upstream, &opts).await?;
+    let ours = run(Which::Noexecute, &opts).await?;
+    let table = markdown(&upstream, &ours);
+    println!("{table}");
+    let same = upstream.evicted_names == ours.evicted_names;
+    println!("Same set of pods evicted by both: {same}");
+    if let Some(path) = &args.out {
+        let json = serde_json::json!({
+            "upstream": upstream,
+            "noexecute": ours,
+            "same_evicted_set": same,
+            "markdown": table,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! The side-by-side benchmark, small: 20 nodes × 10 pods through upstream's
+//! taint-eviction-controller and through noexecute, each on a fresh plane. Both must evict
+//! exactly the same pods, with nothing wrong and nothing missed. (Timing and resource figures
+//! come from `bench/run` at larger scales; see docs/benchmarks.md.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use noexecute_bench::{Options, Which, markdown, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_controllers_evict_exactly_the_same_pods() -> anyhow::Result<()> {
+    let opts = Options {
+        nodes: 20,
+        pods_per_node: 10,
+        toleration_seconds: 5,
+        qps: 500.0,
+        burst: 1000,
+        binary: PathBuf::from(env!("CARGO_BIN_EXE_noexecute")),
+        settle: Duration::from_secs(3),
+    };
+    let upstream = run(Which::Upstream, &opts).await?;
+    let ours = run(Which::Noexecute, &opts).await?;
+    println!("{}", markdown(&upstream, &ours));
+    assert_eq!(
+        upstream.wrong, 0,
+        "upstream evicted a pod that tolerates forever"
+    );
+    assert_eq!(upstream.missed, 0, "upstream missed an eviction");
+    assert_eq!(
+        ours.wrong, 0,
+        "noexecute evicted a pod that tolerates forever"
+    );
+    assert_eq!(ours.missed, 0, "noexecute missed an eviction");
+    assert_eq!(ours.evicted, 180, "90% of 200 pods");
+    assert_eq!(upstream.evicted_names, ours.evicted_names, "the same pods");
+    Ok(())
+}
