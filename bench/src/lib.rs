@@ -203,7 +203,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// The controller under test, started on `plane`.
 enum Running {
     Upstream,
-    Noexecute(Controller),
+    Noexecute(Box<Controller>),
 }
 
 pub async fn run(which: Which, opts: &Options) -> Result<Outcome> {
@@ -289,7 +289,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
                 ],
             )?;
             c.wait_ready(Duration::from_secs(120)).await?;
-            Running::Noexecute(c)
+            Running::Noexecute(Box::new(c))
         }
     };
     let pid = match &running {
