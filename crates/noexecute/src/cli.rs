@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use noexecute_engine::Config;
 
 use crate::plan;
 use crate::scenario::{Offset, Scenario};
@@ -136,6 +135,8 @@ pub struct PlanArgs {
     pub output: Output,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub policy: crate::policy::PolicyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +149,8 @@ pub struct ExplainArgs {
     pub hypothesis: HypothesisArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub policy: crate::policy::PolicyArgs,
 }
 
 /// Wall-clock now, as an engine time (Unix milliseconds).
@@ -174,15 +177,6 @@ pub struct EngineArgs {
     pub comparison_operators: bool,
 }
 
-impl EngineArgs {
-    pub fn config(&self) -> Config {
-        Config {
-            comparison_operators: self.comparison_operators,
-            ..Config::default()
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// The scenario file (YAML).
@@ -202,6 +196,8 @@ pub struct SimulateArgs {
     pub until: Option<Offset>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub policy: crate::policy::PolicyArgs,
 }
 
 fn parse_offset(s: &str) -> Result<Offset, String> {
@@ -219,10 +215,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 
 fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
     let scenario = Scenario::load(&args.scenario)?;
+    let policy = args.policy.resolve()?;
     let opts = simulate::Options {
         default_tolerations: args.default_tolerations,
         until: args.until.map(Offset::time),
-        config: args.engine.config(),
+        config: policy.engine_config(args.engine.comparison_operators),
+        policy,
     };
     let timeline = simulate::run(&scenario, opts);
     let stdout = std::io::stdout();
@@ -253,8 +251,16 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
     let horizon = args
         .until
         .map(|u| now.plus(std::time::Duration::from_millis(u.0.unsigned_abs())));
-    let result = plan::run(&state, &hypothesis, now, horizon, args.engine.config())
-        .map_err(anyhow::Error::msg)?;
+    let policy = args.policy.resolve()?;
+    let result = plan::run(
+        &state,
+        &hypothesis,
+        now,
+        horizon,
+        &policy,
+        args.engine.comparison_operators,
+    )
+    .map_err(anyhow::Error::msg)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.output {
@@ -269,12 +275,14 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
 fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     let hypothesis = args.hypothesis.hypothesis()?;
     let state = args.source.load()?;
+    let policy = args.policy.resolve()?;
     let text = explain::explain(
         &state,
         &hypothesis,
         &args.pod,
         wall_clock(),
-        args.engine.config(),
+        &policy,
+        args.engine.comparison_operators,
     )
     .map_err(anyhow::Error::msg)?;
     print!("{text}");

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use noexecute_engine::{Config, Time, Toleration};
+use noexecute_engine::{Time, Toleration};
 
 use crate::convert;
 use crate::plan::{self, Hypothesis};
@@ -15,7 +15,8 @@ pub fn explain(
     hypothesis: &Hypothesis,
     target: &str,
     now: Time,
-    config: Config,
+    policy: &crate::policy::Policy,
+    comparison_operators: bool,
 ) -> Result<String, String> {
     let (namespace, name) = target
         .split_once('/')
@@ -74,7 +75,7 @@ pub fn explain(
             );
         }
     }
-    let gate = config.comparison_operators;
+    let gate = comparison_operators;
     let tolerations = &obs.tolerations;
     for taint in &no_execute {
         let since = taint
@@ -112,7 +113,7 @@ pub fn explain(
         };
         let _ = writeln!(out, "  #{} {t}\n      {note}", i + 1);
     }
-    let result = plan::run(state, hypothesis, now, None, config)?;
+    let result = plan::run(state, hypothesis, now, None, policy, comparison_operators)?;
     let row = result.rows.iter().find(|r| r.pod == target);
     let decision = match row {
         Some(r) => match r.evicted_at {

@@ -7,12 +7,12 @@
 //! running controller started counting), hypothetical ones from now.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use noexecute_engine::toleration::TolerationTime;
-use noexecute_engine::{Action, Config, Effect, Engine, Outcome, Report, Taint, Time, Verdict};
+use noexecute_engine::{Action, Effect, Engine, Outcome, Report, Taint, Time, Verdict};
 
 use crate::convert;
+pub use crate::selector::Selector;
 use crate::state::ClusterState;
 
 /// A taint as `kubectl taint` writes it: `key=value:Effect` or `key:Effect`.
@@ -53,71 +53,6 @@ pub fn parse_node_taint(s: &str) -> Result<NodeTaint, String> {
         node: node.into(),
         taint: parse_taint(taint)?,
     })
-}
-
-/// An equality-based label selector: `k=v`, `k==v`, `k!=v`, `k` (exists), `!k`, joined by
-/// commas.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Selector(Vec<Requirement>);
-
-#[derive(Clone, Debug, PartialEq)]
-enum Requirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    Exists(String),
-    NotExists(String),
-}
-
-impl Selector {
-    pub fn parse(s: &str) -> Result<Selector, String> {
-        let mut reqs = Vec::new();
-        for term in s.split(',').map(str::trim) {
-            if term.is_empty() {
-                return Err(format!("selector {s:?} has an empty term"));
-            }
-            if term.contains(" in ") || term.contains(" notin ") || term.contains('(') {
-                return Err(format!(
-                    "selector {s:?}: set-based terms (in, notin) are not supported; use k=v, k!=v, k or !k"
-                ));
-            }
-            let req = if let Some((k, v)) = term.split_once("!=") {
-                Requirement::NotEquals(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                Requirement::Equals(k.trim().into(), v.trim().into())
-            } else if let Some(k) = term.strip_prefix('!') {
-                Requirement::NotExists(k.trim().into())
-            } else {
-                Requirement::Exists(term.into())
-            };
-            reqs.push(req);
-        }
-        Ok(Selector(reqs))
-    }
-
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::NotExists(k) => !labels.contains_key(k),
-        })
-    }
-}
-
-impl fmt::Display for Selector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let terms: Vec<String> = self
-            .0
-            .iter()
-            .map(|r| match r {
-                Requirement::Equals(k, v) => format!("{k}={v}"),
-                Requirement::NotEquals(k, v) => format!("{k}!={v}"),
-                Requirement::Exists(k) => k.clone(),
-                Requirement::NotExists(k) => format!("!{k}"),
-            })
-            .collect();
-        f.write_str(&terms.join(","))
-    }
 }
 
 /// The hypothetical change: taints on named nodes and on nodes matching selectors.
@@ -195,9 +130,13 @@ pub fn run(
     hypothesis: &Hypothesis,
     now: Time,
     horizon: Option<Time>,
-    mut config: Config,
+    policy: &crate::policy::Policy,
+    comparison_operators: bool,
 ) -> Result<Plan, String> {
     let added = hypothesis.resolve(state)?;
+    let mut config = policy.engine_config(comparison_operators);
+    // Existing taints are counted from timeAdded whatever the policy: it is the best estimate
+    // of when the running controller started counting.
     config.deadline_from_time_added = true;
     let mut engine = Engine::new(config.clone());
     let mut out = Vec::new();
@@ -211,7 +150,9 @@ pub fn run(
         engine.upsert_node(&obs, now, &mut out);
     }
     for p in &state.pods {
-        engine.upsert_pod(convert::pod(p), now, &mut out);
+        let mut obs = convert::pod(p);
+        obs.excluded = policy.excludes(&obs.namespace, p.metadata.labels.as_ref());
+        engine.upsert_pod(obs, now, &mut out);
     }
     for (node, taints) in &added {
         let current = nodes.entry(node.clone()).or_default();
@@ -397,23 +338,6 @@ mod tests {
             Ok("node-a".into())
         );
         assert!(parse_node_taint("k:NoExecute").is_err());
-    }
-
-    #[test]
-    fn selectors() {
-        let labels: BTreeMap<String, String> = [
-            ("zone".to_string(), "a".to_string()),
-            ("gpu".to_string(), "yes".to_string()),
-        ]
-        .into();
-        let m = |s: &str| Selector::parse(s).map(|sel| sel.matches(&labels));
-        assert_eq!(m("zone=a"), Ok(true));
-        assert_eq!(m("zone==a,gpu"), Ok(true));
-        assert_eq!(m("zone!=a"), Ok(false));
-        assert_eq!(m("!gpu"), Ok(false));
-        assert_eq!(m("zone=b"), Ok(false));
-        assert!(Selector::parse("zone in (a,b)").is_err());
-        assert!(Selector::parse("zone=a,").is_err());
     }
 
     #[test]

@@ -177,6 +177,9 @@ pub struct PodSpec {
     pub name: String,
     #[serde(default = "default_namespace")]
     pub namespace: String,
+    /// Pod labels (only exclusion selectors read them).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub node_name: Option<String>,
     #[serde(default)]

@@ -59,6 +59,8 @@ pub struct Options {
     /// Overrides the scenario's `until`.
     pub until: Option<Time>,
     pub config: Config,
+    /// Exclusions apply to scenario pods by namespace and labels.
+    pub policy: crate::policy::Policy,
 }
 
 /// The result of a simulation.
@@ -90,6 +92,7 @@ struct SimPod {
     uid: String,
     node: Option<String>,
     tolerations: Vec<Toleration>,
+    excluded: bool,
 }
 
 struct Sim {
@@ -260,6 +263,10 @@ impl Sim {
             uid: format!("sim-{}", self.uids),
             node: spec.node_name.clone(),
             tolerations: self.tolerations(&spec.tolerations),
+            excluded: self
+                .opts
+                .policy
+                .excludes(&spec.namespace, Some(&spec.labels)),
         };
         self.observe_pod(&spec.namespace, &spec.name, &pod);
         self.pods
@@ -267,8 +274,9 @@ impl Sim {
     }
 
     fn observe_pod(&mut self, namespace: &str, name: &str, pod: &SimPod) {
-        let obs = PodObservation::new(namespace, name, &pod.uid, pod.node.as_deref())
+        let mut obs = PodObservation::new(namespace, name, &pod.uid, pod.node.as_deref())
             .with_tolerations(pod.tolerations.clone());
+        obs.excluded = pod.excluded;
         let mut out = Vec::new();
         self.engine.upsert_pod(obs, self.now, &mut out);
         self.absorb(out);

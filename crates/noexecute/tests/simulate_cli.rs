@@ -236,3 +236,37 @@ fn missing_file_is_reported() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no/such/scenario.yaml"), "{stderr}");
 }
+
+#[test]
+fn policies_show_in_the_simulated_timeline() {
+    // Excluding the shop namespace leaves only the (forever-tolerating) agents in zone a: no
+    // eviction at all.
+    let excluded = events(&json_lines(&[
+        "simulate",
+        "examples/zone-outage.yaml",
+        "-o",
+        "json",
+        "--exclude-namespace",
+        "shop",
+    ]));
+    assert!(!excluded.iter().any(|e| e.1 == "evicted"), "{excluded:?}");
+    let dir = std::env::temp_dir().join(format!("noexecute-pol-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("policy.yaml");
+    std::fs::write(&config, "excludeSelector: tier=db\n").unwrap();
+    let file = dir.join("labels.yaml");
+    std::fs::write(
+        &file,
+        "nodes: [{name: n}]\npods: [{name: db, nodeName: n, labels: {tier: db}}, {name: web, nodeName: n}]\nevents: [{at: 1s, addTaint: {node: n, taint: {key: k, effect: NoExecute}}}]\n",
+    )
+    .unwrap();
+    let got = events(&json_lines(&[
+        "simulate",
+        file.to_str().unwrap(),
+        "-o",
+        "json",
+        "--config",
+        config.to_str().unwrap(),
+    ]));
+    assert_eq!(got, vec![(1.0, "evicted".into(), "default/web".into())]);
+}

@@ -51,6 +51,7 @@ impl<K: std::hash::Hash + Eq> Relist<K> {
 
 pub struct Driver {
     pub engine: Engine,
+    pub policy: crate::policy::Policy,
     pub clock: Clock,
     pub executor: Executor,
     pub events: EventSink,
@@ -73,8 +74,10 @@ pub enum Stop {
 }
 
 impl Driver {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         engine: Engine,
+        policy: crate::policy::Policy,
         clock: Clock,
         executor: Executor,
         events: EventSink,
@@ -84,6 +87,7 @@ impl Driver {
     ) -> Driver {
         Driver {
             engine,
+            policy,
             clock,
             executor,
             events,
@@ -214,7 +218,10 @@ impl Driver {
         match event {
             watcher::Event::Init => self.pods.start(),
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
-                let obs = convert::pod(&pod);
+                let mut obs = convert::pod(&pod);
+                obs.excluded = self
+                    .policy
+                    .excludes(&obs.namespace, pod.metadata.labels.as_ref());
                 self.pods.saw((obs.namespace.clone(), obs.name.clone()));
                 self.engine.upsert_pod(obs, now, out);
             }
@@ -248,7 +255,12 @@ impl Driver {
         let may_act = self.may_act();
         for action in out.drain(..) {
             // Only the replica that acts records events: a standby would duplicate them.
-            let event = action.upstream_event();
+            let event = action.upstream_event().map(|mut e| {
+                if self.policy.dry_run {
+                    e.message = format!("[dry-run] {}", e.message);
+                }
+                e
+            });
             if may_act && let Some(event) = &event {
                 self.events.record(action.pod(), event.clone());
             }

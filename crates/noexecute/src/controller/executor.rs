@@ -90,11 +90,15 @@ pub struct Executor {
     backoff: Backoff,
     failures: Arc<Mutex<HashMap<EvictionId, u32>>>,
     tasks: TaskTracker,
+    /// Decide and log, but patch and delete nothing.
+    dry_run: bool,
 }
 
 /// What one attempt ended in.
 enum Attempt {
     Evicted,
+    /// Dry run: everything checked, nothing changed.
+    WouldEvict,
     Gone(&'static str),
     Failed(String),
 }
@@ -110,6 +114,7 @@ impl Executor {
         metrics: Metrics,
         clock: Clock,
         request_timeout: Duration,
+        dry_run: bool,
     ) -> Executor {
         Executor {
             client,
@@ -123,6 +128,7 @@ impl Executor {
             backoff: Backoff::default(),
             failures: Arc::new(Mutex::new(HashMap::new())),
             tasks: TaskTracker::new(),
+            dry_run,
         }
     }
 
@@ -163,6 +169,14 @@ impl Executor {
                     .observe(now.since(job.deadline).as_secs_f64());
                 tracing::info!(pod = %job.pod, uid = %job.pod.uid, "evicted pod");
                 Outcome::Evicted
+            }
+            Attempt::WouldEvict => {
+                self.forget(job.eviction);
+                self.metrics.dry_run_evictions.inc();
+                tracing::info!(pod = %job.pod, uid = %job.pod.uid, "dry run: would evict pod");
+                // The pod stays; the engine forgets this eviction and decides again on the
+                // next change, as it would after a real eviction that someone undid.
+                Outcome::Gone
             }
             Attempt::Gone(why) => {
                 self.forget(job.eviction);
@@ -245,6 +259,9 @@ impl Executor {
         }
         if !self.leadership.is_leading() {
             return Attempt::Failed("not the leader".into());
+        }
+        if self.dry_run {
+            return Attempt::WouldEvict;
         }
         if !has_condition(&pod) {
             let patch = condition_patch(&uid, pod.metadata.generation);

@@ -34,6 +34,7 @@ pub struct Metrics {
     pub leader: Gauge,
     pub events_dropped: Counter,
     pub eviction_retries: Counter,
+    pub dry_run_evictions: Counter,
 }
 
 impl Metrics {
@@ -48,6 +49,7 @@ impl Metrics {
             leader: Gauge::default(),
             events_dropped: Counter::default(),
             eviction_retries: Counter::default(),
+            dry_run_evictions: Counter::default(),
         };
         let upstream = registry.sub_registry_with_prefix("taint_eviction_controller");
         // The encoder appends `_total` to counters.
@@ -96,6 +98,11 @@ impl Metrics {
             "eviction_retries",
             "Eviction attempts after a failed one.",
             m.eviction_retries.clone(),
+        );
+        own.register(
+            "dry_run_evictions",
+            "Evictions that --dry-run decided and did not carry out.",
+            m.dry_run_evictions.clone(),
         );
         m
     }

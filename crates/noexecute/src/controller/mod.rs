@@ -105,6 +105,8 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub policy: crate::policy::PolicyArgs,
 }
 
 impl RunArgs {
@@ -167,6 +169,7 @@ pub fn init_logging(format: LogFormat) {
 /// as kube-controller-manager does).
 pub async fn run(args: RunArgs) -> Result<i32> {
     args.validate()?;
+    let policy = args.policy.resolve()?;
     let identity = args.identity();
     let mut config = match &args.kubeconfig {
         Some(path) => {
@@ -200,7 +203,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let health = Arc::new(admin::Health::default());
     let (admin_addr, admin_task) =
         admin::serve(args.admin_addr, registry, health.clone(), shutdown.clone()).await?;
-    tracing::info!(%admin_addr, %identity, "noexecute starting");
+    tracing::info!(%admin_addr, %identity, policy = %policy.describe(), "noexecute starting");
 
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         args.kube_api_qps,
@@ -268,6 +271,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics.clone(),
         clock,
         request_timeout,
+        policy.dry_run,
     );
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
@@ -285,7 +289,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         shutdown.clone(),
     );
     let driver = driver::Driver::new(
-        Engine::new(args.engine.config()),
+        Engine::new(policy.engine_config(args.engine.comparison_operators)),
+        policy,
         clock,
         executor.clone(),
         events,

@@ -1,0 +1,256 @@
+//! The opt-in safety policies, from flags and an optional config file (flags win). With none
+//! set, behaviour is upstream's.
+//!
+//! ```yaml
+//! # noexecute.yaml
+//! deadlineFrom: taint-time-added   # or: controller (upstream, the default)
+//! maxClockSkew: 5s
+//! excludeNamespaces: [kube-system]
+//! excludeSelector: "noexecute.io/exclude=true"
+//! skipTerminalPods: true
+//! dryRun: false
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use noexecute_engine::Config;
+use serde::Deserialize;
+
+use crate::scenario::Offset;
+use crate::selector::Selector;
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeadlineFrom {
+    /// When the controller first sees the taint (upstream; a restart restarts the count).
+    #[default]
+    Controller,
+    /// The taint's `timeAdded` (restart-safe), guarded against clock skew; a taint without
+    /// `timeAdded` falls back to when the controller first saw it.
+    TaintTimeAdded,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    Offset::parse(s).map(|o| Duration::from_millis(o.0.unsigned_abs()))
+}
+
+/// Policy flags, shared by `run`, `simulate`, `plan` and `explain`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct PolicyArgs {
+    /// A YAML file with any of the policies below (flags override it).
+    #[arg(long, env = "NOEXECUTE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Count finite tolerations from `controller` (upstream) or `taint-time-added`.
+    #[arg(long, env = "NOEXECUTE_DEADLINE_FROM", value_enum)]
+    pub deadline_from: Option<DeadlineFrom>,
+    /// With taint-time-added: a timeAdded further in the future than this is clock skew and
+    /// is replaced by the controller's now.
+    #[arg(long, env = "NOEXECUTE_MAX_CLOCK_SKEW", value_parser = duration)]
+    pub max_clock_skew: Option<Duration>,
+    /// Never evict pods in this namespace (repeatable, or comma-separated).
+    #[arg(
+        long = "exclude-namespace",
+        env = "NOEXECUTE_EXCLUDE_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub exclude_namespaces: Vec<String>,
+    /// Never evict pods whose labels match this selector (k=v, k!=v, k, !k, comma-joined).
+    #[arg(long, env = "NOEXECUTE_EXCLUDE_SELECTOR")]
+    pub exclude_selector: Option<String>,
+    /// Never evict pods in phase Succeeded or Failed (upstream deletes them too).
+    #[arg(long, env = "NOEXECUTE_SKIP_TERMINAL_PODS")]
+    pub skip_terminal_pods: bool,
+    /// Decide, log, count and record events, but patch and delete nothing.
+    #[arg(long, env = "NOEXECUTE_DRY_RUN")]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PolicyFile {
+    deadline_from: Option<DeadlineFrom>,
+    max_clock_skew: Option<Offset>,
+    #[serde(default)]
+    exclude_namespaces: Vec<String>,
+    exclude_selector: Option<String>,
+    skip_terminal_pods: Option<bool>,
+    dry_run: Option<bool>,
+}
+
+/// The policies in force.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    pub deadline_from: DeadlineFrom,
+    pub max_clock_skew: Duration,
+    pub exclude_namespaces: BTreeSet<String>,
+    pub exclude_selector: Option<Selector>,
+    pub skip_terminal_pods: bool,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl PolicyArgs {
+    pub fn resolve(&self) -> Result<Policy, PolicyError> {
+        let file = match &self.config {
+            Some(path) => load(path)?,
+            None => PolicyFile::default(),
+        };
+        let selector = self
+            .exclude_selector
+            .clone()
+            .or(file.exclude_selector)
+            .map(|s| Selector::parse(&s).map_err(PolicyError::Invalid))
+            .transpose()?;
+        let mut namespaces: BTreeSet<String> = file.exclude_namespaces.into_iter().collect();
+        namespaces.extend(
+            self.exclude_namespaces
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned(),
+        );
+        Ok(Policy {
+            deadline_from: self
+                .deadline_from
+                .or(file.deadline_from)
+                .unwrap_or_default(),
+            max_clock_skew: self
+                .max_clock_skew
+                .or(file
+                    .max_clock_skew
+                    .map(|o| Duration::from_millis(o.0.unsigned_abs())))
+                .unwrap_or(Duration::from_secs(5)),
+            exclude_namespaces: namespaces,
+            exclude_selector: selector,
+            skip_terminal_pods: self.skip_terminal_pods || file.skip_terminal_pods.unwrap_or(false),
+            dry_run: self.dry_run || file.dry_run.unwrap_or(false),
+        })
+    }
+}
+
+fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| PolicyError::File {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    serde_yaml_ng::from_str(&text).map_err(|e| {
+        let place = e
+            .location()
+            .map(|l| format!("{}:{}: ", l.line(), l.column()))
+            .unwrap_or_default();
+        let message = e.to_string();
+        let message = message
+            .find(" at line ")
+            .map_or(message.clone(), |i| message[..i].to_string());
+        PolicyError::File {
+            path: path.to_path_buf(),
+            message: format!("{place}{message}"),
+        }
+    })
+}
+
+impl Policy {
+    /// The engine's configuration under this policy.
+    pub fn engine_config(&self, comparison_operators: bool) -> Config {
+        Config {
+            comparison_operators,
+            skip_terminal_pods: self.skip_terminal_pods,
+            deadline_from_time_added: self.deadline_from == DeadlineFrom::TaintTimeAdded,
+            max_clock_skew_ms: self.max_clock_skew.as_millis().min(i64::MAX as u128) as i64,
+        }
+    }
+
+    /// Whether a pod is excluded from eviction.
+    pub fn excludes(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
+        if self.exclude_namespaces.contains(namespace) {
+            return true;
+        }
+        match (&self.exclude_selector, labels) {
+            (Some(selector), Some(labels)) => selector.matches(labels),
+            (Some(selector), None) => selector.matches(&BTreeMap::new()),
+            (None, _) => false,
+        }
+    }
+
+    /// A one-line summary for logs; "upstream" when nothing is set.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.deadline_from == DeadlineFrom::TaintTimeAdded {
+            parts.push(format!(
+                "deadline-from=taint-time-added (max skew {:?})",
+                self.max_clock_skew
+            ));
+        }
+        if !self.exclude_namespaces.is_empty() {
+            let ns: Vec<&str> = self.exclude_namespaces.iter().map(String::as_str).collect();
+            parts.push(format!("exclude-namespaces={}", ns.join(",")));
+        }
+        if let Some(s) = &self.exclude_selector {
+            parts.push(format!("exclude-selector={s}"));
+        }
+        if self.skip_terminal_pods {
+            parts.push("skip-terminal-pods".into());
+        }
+        if self.dry_run {
+            parts.push("dry-run".into());
+        }
+        if parts.is_empty() {
+            "upstream".into()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_and_errors_name_the_place() {
+        let dir = std::env::temp_dir().join(format!("noexecute-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let file = dir.join("p.yaml");
+        std::fs::write(
+            &file,
+            "deadlineFrom: taint-time-added\nexcludeNamespaces: [kube-system]\nexcludeSelector: app=db\n",
+        )
+        .unwrap_or_default();
+        let args = PolicyArgs {
+            config: Some(file.clone()),
+            exclude_namespaces: vec!["monitoring".into()],
+            ..PolicyArgs::default()
+        };
+        let p = args.resolve().unwrap_or_default();
+        assert_eq!(p.deadline_from, DeadlineFrom::TaintTimeAdded);
+        assert!(p.excludes("kube-system", None));
+        assert!(p.excludes("monitoring", None));
+        let labels: BTreeMap<String, String> = [("app".to_string(), "db".to_string())].into();
+        assert!(p.excludes("shop", Some(&labels)));
+        assert!(!p.excludes("shop", None));
+
+        std::fs::write(&file, "deadlineFrom: sometime\n").unwrap_or_default();
+        let err = args
+            .resolve()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("p.yaml: 1:"), "{err}");
+        std::fs::write(&file, "dryrun: true\n").unwrap_or_default();
+        let err = args
+            .resolve()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("unknown field `dryrun`"), "{err}");
+    }
+}
