@@ -9,6 +9,7 @@
 //! excludeSelector: "noexecute.io/exclude=true"
 //! skipTerminalPods: true
 //! dryRun: false
+//! staleCacheGuard: true            # on by default
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,6 +67,10 @@ pub struct PolicyArgs {
     /// Decide, log, count and record events, but patch and delete nothing.
     #[arg(long, env = "NOEXECUTE_DRY_RUN")]
     pub dry_run: bool,
+    /// Before an immediate eviction, confirm the NoExecute taint against a fresh read of the
+    /// node (closes kubernetes/kubernetes#119862). On by default.
+    #[arg(long, env = "NOEXECUTE_STALE_CACHE_GUARD", action = clap::ArgAction::Set)]
+    pub stale_cache_guard: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,6 +83,7 @@ struct PolicyFile {
     exclude_selector: Option<String>,
     skip_terminal_pods: Option<bool>,
     dry_run: Option<bool>,
+    stale_cache_guard: Option<bool>,
 }
 
 /// The policies in force.
@@ -89,6 +95,7 @@ pub struct Policy {
     pub exclude_selector: Option<Selector>,
     pub skip_terminal_pods: bool,
     pub dry_run: bool,
+    pub stale_cache_guard: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +140,10 @@ impl PolicyArgs {
             exclude_selector: selector,
             skip_terminal_pods: self.skip_terminal_pods || file.skip_terminal_pods.unwrap_or(false),
             dry_run: self.dry_run || file.dry_run.unwrap_or(false),
+            stale_cache_guard: self
+                .stale_cache_guard
+                .or(file.stale_cache_guard)
+                .unwrap_or(true),
         })
     }
 }
@@ -202,6 +213,9 @@ impl Policy {
         }
         if self.dry_run {
             parts.push("dry-run".into());
+        }
+        if !self.stale_cache_guard {
+            parts.push("stale-cache-guard=false".into());
         }
         if parts.is_empty() {
             "upstream".into()

@@ -291,13 +291,22 @@ impl Driver {
                     cause,
                 } => {
                     if !retry {
-                        let cause = cause.map(|c| c.to_string()).unwrap_or_default();
+                        let cause = cause.as_ref().map(|c| c.to_string()).unwrap_or_default();
                         tracing::info!(pod = %pod, node = ?pod.node, %cause, "evicting");
                     }
+                    let immediate = matches!(
+                        cause.as_ref().map(|c| c.verdict),
+                        Some(noexecute_engine::Verdict::Untolerated { .. })
+                            | Some(noexecute_engine::Verdict::Tolerated {
+                                time: noexecute_engine::TolerationTime::Immediate,
+                                ..
+                            })
+                    );
                     let job = Job {
                         pod,
                         eviction,
                         deadline,
+                        immediate,
                     };
                     if may_act {
                         self.in_flight.insert(eviction);

@@ -75,6 +75,15 @@ pub struct Job {
     pub pod: PodRef,
     pub eviction: EvictionId,
     pub deadline: Time,
+    /// Decided because a taint is not tolerated (or tolerated for 0 s): the stale-cache guard
+    /// applies.
+    pub immediate: bool,
+}
+
+/// The stale-cache guard: fresh node reads, shared for a second by the pods of one node.
+struct NodeReads {
+    ttl: Duration,
+    cache: Mutex<HashMap<String, (std::time::Instant, Vec<noexecute_engine::Taint>)>>,
 }
 
 #[derive(Clone)]
@@ -92,6 +101,9 @@ pub struct Executor {
     tasks: TaskTracker,
     /// Decide and log, but patch and delete nothing.
     dry_run: bool,
+    /// `Some` when the stale-cache guard is on.
+    guard: Option<Arc<NodeReads>>,
+    comparison_operators: bool,
 }
 
 /// What one attempt ended in.
@@ -99,6 +111,8 @@ enum Attempt {
     Evicted,
     /// Dry run: everything checked, nothing changed.
     WouldEvict,
+    /// A fresh read of the node no longer justifies an immediate eviction.
+    Stale,
     Gone(&'static str),
     Failed(String),
 }
@@ -115,6 +129,8 @@ impl Executor {
         clock: Clock,
         request_timeout: Duration,
         dry_run: bool,
+        stale_cache_guard: bool,
+        comparison_operators: bool,
     ) -> Executor {
         Executor {
             client,
@@ -129,6 +145,13 @@ impl Executor {
             failures: Arc::new(Mutex::new(HashMap::new())),
             tasks: TaskTracker::new(),
             dry_run,
+            guard: stale_cache_guard.then(|| {
+                Arc::new(NodeReads {
+                    ttl: Duration::from_secs(1),
+                    cache: Mutex::new(HashMap::new()),
+                })
+            }),
+            comparison_operators,
         }
     }
 
@@ -176,6 +199,12 @@ impl Executor {
                 tracing::info!(pod = %job.pod, uid = %job.pod.uid, "dry run: would evict pod");
                 // The pod stays; the engine forgets this eviction and decides again on the
                 // next change, as it would after a real eviction that someone undid.
+                Outcome::Gone
+            }
+            Attempt::Stale => {
+                self.forget(job.eviction);
+                self.metrics.stale_evictions_avoided.inc();
+                tracing::info!(pod = %job.pod, node = ?job.pod.node, "the node's fresh taints do not justify the eviction; dropped (stale cache)");
                 Outcome::Gone
             }
             Attempt::Gone(why) => {
@@ -260,6 +289,15 @@ impl Executor {
         if !self.leadership.is_leading() {
             return Attempt::Failed("not the leader".into());
         }
+        if job.immediate
+            && let Some(guard) = &self.guard
+        {
+            match self.confirm(guard, job, &pod).await {
+                Ok(true) => {}
+                Ok(false) => return Attempt::Stale,
+                Err(e) => return Attempt::Failed(format!("stale-cache guard: {e}")),
+            }
+        }
         if self.dry_run {
             return Attempt::WouldEvict;
         }
@@ -296,6 +334,69 @@ impl Executor {
             Err(CallError::Status(409, _)) => Attempt::Gone("pod was replaced (UID precondition)"),
             Err(e) => Attempt::Failed(format!("delete: {e}")),
         }
+    }
+}
+
+impl Executor {
+    /// Whether the node's current taints (read fresh, or within the last second) still make
+    /// this pod's eviction immediate.
+    async fn confirm(&self, guard: &NodeReads, job: &Job, pod: &Pod) -> Result<bool, CallError> {
+        use noexecute_engine::toleration::{TolerationTime, verdict};
+        let Some(node) = job.pod.node.as_deref() else {
+            return Ok(true);
+        };
+        let cached = guard.cache.lock().ok().and_then(|c| {
+            c.get(node)
+                .filter(|(at, _)| at.elapsed() < guard.ttl)
+                .map(|(_, t)| t.clone())
+        });
+        let taints = match cached {
+            Some(t) => t,
+            None => {
+                let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+                let fresh = match self.call("get", api.get(node)).await {
+                    Ok(n) => n,
+                    // The node is gone: its taints no longer speak for anything.
+                    Err(CallError::Status(404, _)) => return Ok(false),
+                    Err(e) => return Err(e),
+                };
+                let taints: Vec<noexecute_engine::Taint> = fresh
+                    .spec
+                    .and_then(|s| s.taints)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(crate::convert::taint)
+                    .filter(|t| t.is_no_execute())
+                    .collect();
+                if let Ok(mut c) = guard.cache.lock() {
+                    if c.len() > 10_000 {
+                        c.clear();
+                    }
+                    c.insert(
+                        node.to_string(),
+                        (std::time::Instant::now(), taints.clone()),
+                    );
+                }
+                taints
+            }
+        };
+        let tolerations: Vec<noexecute_engine::Toleration> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .map(|t| t.iter().map(crate::convert::toleration).collect())
+            .unwrap_or_default();
+        if taints.is_empty() {
+            return Ok(false);
+        }
+        Ok(matches!(
+            verdict(&taints, &tolerations, self.comparison_operators),
+            noexecute_engine::Verdict::Untolerated { .. }
+                | noexecute_engine::Verdict::Tolerated {
+                    time: TolerationTime::Immediate,
+                    ..
+                }
+        ))
     }
 }
 

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub events_dropped: Counter,
     pub eviction_retries: Counter,
     pub dry_run_evictions: Counter,
+    pub stale_evictions_avoided: Counter,
 }
 
 impl Metrics {
@@ -50,6 +51,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             eviction_retries: Counter::default(),
             dry_run_evictions: Counter::default(),
+            stale_evictions_avoided: Counter::default(),
         };
         let upstream = registry.sub_registry_with_prefix("taint_eviction_controller");
         // The encoder appends `_total` to counters.
@@ -103,6 +105,11 @@ impl Metrics {
             "dry_run_evictions",
             "Evictions that --dry-run decided and did not carry out.",
             m.dry_run_evictions.clone(),
+        );
+        own.register(
+            "stale_evictions_avoided",
+            "Immediate evictions dropped because a fresh read of the node no longer justified them.",
+            m.stale_evictions_avoided.clone(),
         );
         m
     }

@@ -272,6 +272,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         clock,
         request_timeout,
         policy.dry_run,
+        policy.stale_cache_guard,
+        args.engine.comparison_operators,
     );
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
