@@ -10,6 +10,8 @@
 //! skipTerminalPods: true
 //! dryRun: false
 //! staleCacheGuard: true            # on by default
+//! evictionMode: evict              # or: delete (upstream, the default)
+//! pdbTimeout: 10m
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,6 +34,17 @@ pub enum DeadlineFrom {
     /// The taint's `timeAdded` (restart-safe), guarded against clock skew; a taint without
     /// `timeAdded` falls back to when the controller first saw it.
     TaintTimeAdded,
+}
+
+/// How a pod is removed.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EvictionMode {
+    /// DELETE, as upstream (PodDisruptionBudgets do not apply).
+    #[default]
+    Delete,
+    /// A policy/v1 Eviction, so PodDisruptionBudgets apply; a 429 is retried with backoff.
+    Evict,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -67,6 +80,14 @@ pub struct PolicyArgs {
     /// Decide, log, count and record events, but patch and delete nothing.
     #[arg(long, env = "NOEXECUTE_DRY_RUN")]
     pub dry_run: bool,
+    /// `delete` (upstream) or `evict` (the Eviction API, honouring PodDisruptionBudgets).
+    #[arg(long, env = "NOEXECUTE_EVICTION_MODE", value_enum)]
+    pub eviction_mode: Option<EvictionMode>,
+    /// With --eviction-mode=evict: when a PodDisruptionBudget has blocked a pod's eviction
+    /// for this long, delete it anyway (so an outage cannot block recovery forever). Unset:
+    /// never fall back.
+    #[arg(long, env = "NOEXECUTE_PDB_TIMEOUT", value_parser = duration)]
+    pub pdb_timeout: Option<Duration>,
     /// Before an immediate eviction, confirm the NoExecute taint against a fresh read of the
     /// node (closes kubernetes/kubernetes#119862). On by default.
     #[arg(long, env = "NOEXECUTE_STALE_CACHE_GUARD", action = clap::ArgAction::Set)]
@@ -84,6 +105,8 @@ struct PolicyFile {
     skip_terminal_pods: Option<bool>,
     dry_run: Option<bool>,
     stale_cache_guard: Option<bool>,
+    eviction_mode: Option<EvictionMode>,
+    pdb_timeout: Option<Offset>,
 }
 
 /// The policies in force.
@@ -96,6 +119,8 @@ pub struct Policy {
     pub skip_terminal_pods: bool,
     pub dry_run: bool,
     pub stale_cache_guard: bool,
+    pub eviction_mode: EvictionMode,
+    pub pdb_timeout: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +169,13 @@ impl PolicyArgs {
                 .stale_cache_guard
                 .or(file.stale_cache_guard)
                 .unwrap_or(true),
+            eviction_mode: self
+                .eviction_mode
+                .or(file.eviction_mode)
+                .unwrap_or_default(),
+            pdb_timeout: self.pdb_timeout.or(file
+                .pdb_timeout
+                .map(|o| Duration::from_millis(o.0.unsigned_abs()))),
         })
     }
 }
@@ -213,6 +245,12 @@ impl Policy {
         }
         if self.dry_run {
             parts.push("dry-run".into());
+        }
+        if self.eviction_mode == EvictionMode::Evict {
+            match self.pdb_timeout {
+                Some(t) => parts.push(format!("eviction-mode=evict (pdb-timeout {t:?})")),
+                None => parts.push("eviction-mode=evict".into()),
+            }
         }
         if !self.stale_cache_guard {
             parts.push("stale-cache-guard=false".into());

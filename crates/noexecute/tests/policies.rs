@@ -11,13 +11,16 @@ use kube::api::{Patch, PatchParams};
 use noexecute_testkit::*;
 
 const PLANE: &str = "policies";
+/// kube-controller-manager runs the disruption controller, so PodDisruptionBudget status is
+/// real (it does not evict anything itself).
+const CONTROLLERS: &[&str] = &["disruption"];
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_noexecute"))
 }
 
 async fn namespace(test: &str) -> Result<(&'static Plane, TestNamespace)> {
-    let plane = Plane::shared(PLANE, &[])?;
+    let plane = Plane::shared(PLANE, CONTROLLERS)?;
     plane.install_rbac()?;
     let ns = TestNamespace::create(&plane.admin_client().await?, test).await?;
     Ok((plane, ns))
@@ -167,5 +170,98 @@ async fn terminal_pods_are_skipped_only_when_asked() -> Result<()> {
     add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
     wait_evicted(&ns.pods(), "running", Duration::from_secs(3)).await?;
     assert_not_evicted_for(&ns.pods(), "done", Duration::from_secs(2)).await?;
+    ns.cleanup().await
+}
+
+/// Pods that the disruption controller counts as healthy: Running and Ready.
+async fn ready_pod(ns: &TestNamespace, name: &str, node: &str, app: &str) -> Result<()> {
+    let mut p = pod(name, node, vec![], None);
+    p.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("app".into(), app.into());
+    ns.create_pod(&p).await?;
+    let status = serde_json::json!({"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": K8sTime(k8s_openapi::jiff::Timestamp::now())}
+    ]}});
+    ns.pods()
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+async fn pdb(ns: &TestNamespace, app: &str, min_available: i32, allowed: i32) -> Result<()> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": app},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}
+    }))?;
+    let api: kube::Api<PodDisruptionBudget> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    api.create(&Default::default(), &budget).await?;
+    eventually(
+        Duration::from_secs(20),
+        "the disruption controller's budget status",
+        || async {
+            let b = api.get(app).await?;
+            Ok(b.status
+                .filter(|s| s.disruptions_allowed == allowed && s.current_healthy >= min_available)
+                .map(|_| ()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn eviction_mode_respects_budgets_and_falls_back_after_the_pdb_timeout() -> Result<()> {
+    let (plane, ns) = namespace("pdb").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    ready_pod(&ns, "guarded-0", &node, "guarded").await?;
+    ready_pod(&ns, "guarded-1", &node, "guarded").await?;
+    ready_pod(&ns, "free", &node, "free").await?;
+    // Nothing of "guarded" may go; "free" may.
+    pdb(&ns, "guarded", 2, 0).await?;
+    pdb(&ns, "free", 0, 1).await?;
+    let c = controller(
+        plane,
+        &ns,
+        "evict",
+        &["--eviction-mode", "evict", "--pdb-timeout", "4s"],
+    )
+    .await?;
+    let tainted = Instant::now();
+    add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
+    // The budget allows "free": evicted through the Eviction API at once.
+    let free = wait_evicted(&ns.pods(), "free", Duration::from_secs(5)).await?;
+    let reason = free
+        .last
+        .as_ref()
+        .and_then(|p| condition(p, "DisruptionTarget"))
+        .and_then(|c| c.reason.clone());
+    assert_eq!(reason.as_deref(), Some("EvictionByEvictionAPI"));
+    // The budget blocks the guarded pods (429) until the 4 s timeout, then they are deleted.
+    assert_not_evicted_for(&ns.pods(), "guarded-0", Duration::from_secs(3)).await?;
+    let g = wait_evicted(&ns.pods(), "guarded-0", Duration::from_secs(10)).await?;
+    let after = g.seen_at.duration_since(tainted);
+    println!("guarded pod deleted {after:?} after the taint (pdb-timeout 4 s)");
+    assert!(after >= Duration::from_secs(4), "{after:?}");
+    wait_evicted(&ns.pods(), "guarded-1", Duration::from_secs(10)).await?;
+    let blocked = c
+        .metric("noexecute_pdb_blocked_total")
+        .await?
+        .unwrap_or(0.0);
+    assert!(blocked >= 2.0, "blocked {blocked} times");
+    assert_eq!(c.metric("noexecute_pdb_timeouts_total").await?, Some(2.0));
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn eviction_mode_without_timeout_never_breaks_a_budget() -> Result<()> {
+    let (plane, ns) = namespace("pdb-hold").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    ready_pod(&ns, "held", &node, "held").await?;
+    pdb(&ns, "held", 1, 0).await?;
+    let _c = controller(plane, &ns, "evict", &["--eviction-mode", "evict"]).await?;
+    add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
+    assert_not_evicted_for(&ns.pods(), "held", Duration::from_secs(6)).await?;
     ns.cleanup().await
 }

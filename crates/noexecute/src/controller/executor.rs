@@ -104,6 +104,10 @@ pub struct Executor {
     /// `Some` when the stale-cache guard is on.
     guard: Option<Arc<NodeReads>>,
     comparison_operators: bool,
+    mode: crate::policy::EvictionMode,
+    pdb_timeout: Option<Duration>,
+    /// When a PodDisruptionBudget first blocked each eviction.
+    blocked_since: Arc<Mutex<HashMap<EvictionId, std::time::Instant>>>,
 }
 
 /// What one attempt ended in.
@@ -131,6 +135,8 @@ impl Executor {
         dry_run: bool,
         stale_cache_guard: bool,
         comparison_operators: bool,
+        mode: crate::policy::EvictionMode,
+        pdb_timeout: Option<Duration>,
     ) -> Executor {
         Executor {
             client,
@@ -152,6 +158,9 @@ impl Executor {
                 })
             }),
             comparison_operators,
+            mode,
+            pdb_timeout,
+            blocked_since: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -172,6 +181,9 @@ impl Executor {
     pub fn forget(&self, eviction: EvictionId) {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(&eviction);
+        }
+        if let Ok(mut b) = self.blocked_since.lock() {
+            b.remove(&eviction);
         }
     }
 
@@ -247,7 +259,8 @@ impl Executor {
         match tokio::time::timeout(self.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(kube::Error::Api(status))) => {
-                if status.code != 404 {
+                // Not found is an answer, and a budget's 429 is counted on its own.
+                if status.code != 404 && !(verb == "evict" && status.code == 429) {
                     self.metrics.api_error(verb);
                 }
                 Err(CallError::Status(status.code, status.message.clone()))
@@ -301,6 +314,13 @@ impl Executor {
         if self.dry_run {
             return Attempt::WouldEvict;
         }
+        if self.mode == crate::policy::EvictionMode::Evict {
+            match self.evict(job, &api, name, &uid).await {
+                // Blocked for longer than --pdb-timeout: fall through to a DELETE.
+                None => {}
+                Some(attempt) => return attempt,
+            }
+        }
         if !has_condition(&pod) {
             let patch = condition_patch(&uid, pod.metadata.generation);
             match self
@@ -338,6 +358,51 @@ impl Executor {
 }
 
 impl Executor {
+    /// An Eviction (policy/v1), so PodDisruptionBudgets apply. `None` means: blocked by a
+    /// budget for longer than --pdb-timeout, delete instead. The Eviction API sets its own
+    /// DisruptionTarget condition (reason EvictionByEvictionAPI), so ours is not patched.
+    async fn evict(&self, job: &Job, api: &Api<Pod>, name: &str, uid: &str) -> Option<Attempt> {
+        let params = kube::api::EvictParams {
+            delete_options: Some(DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.to_string()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            }),
+            post_options: kube::api::PostParams::default(),
+        };
+        match self.call("evict", api.evict(name, &params)).await {
+            Ok(_) => Some(Attempt::Evicted),
+            Err(CallError::Status(404, _)) => Some(Attempt::Gone("pod not found")),
+            Err(CallError::Status(409, _)) => {
+                Some(Attempt::Gone("pod was replaced (UID precondition)"))
+            }
+            Err(CallError::Status(429, message)) => {
+                let since = self
+                    .blocked_since
+                    .lock()
+                    .map(|mut b| {
+                        *b.entry(job.eviction)
+                            .or_insert_with(std::time::Instant::now)
+                    })
+                    .unwrap_or_else(|_| std::time::Instant::now());
+                self.metrics.pdb_blocked.inc();
+                match self.pdb_timeout {
+                    Some(limit) if since.elapsed() >= limit => {
+                        tracing::warn!(pod = %job.pod, blocked_for = ?since.elapsed(), "a PodDisruptionBudget blocked the eviction past --pdb-timeout; deleting");
+                        self.metrics.pdb_timeouts.inc();
+                        None
+                    }
+                    _ => Some(Attempt::Failed(format!(
+                        "blocked by a PodDisruptionBudget: {message}"
+                    ))),
+                }
+            }
+            Err(e) => Some(Attempt::Failed(format!("evict: {e}"))),
+        }
+    }
+
     /// Whether the node's current taints (read fresh, or within the last second) still make
     /// this pod's eviction immediate.
     async fn confirm(&self, guard: &NodeReads, job: &Job, pod: &Pod) -> Result<bool, CallError> {

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub eviction_retries: Counter,
     pub dry_run_evictions: Counter,
     pub stale_evictions_avoided: Counter,
+    pub pdb_blocked: Counter,
+    pub pdb_timeouts: Counter,
 }
 
 impl Metrics {
@@ -52,6 +54,8 @@ impl Metrics {
             eviction_retries: Counter::default(),
             dry_run_evictions: Counter::default(),
             stale_evictions_avoided: Counter::default(),
+            pdb_blocked: Counter::default(),
+            pdb_timeouts: Counter::default(),
         };
         let upstream = registry.sub_registry_with_prefix("taint_eviction_controller");
         // The encoder appends `_total` to counters.
@@ -110,6 +114,16 @@ impl Metrics {
             "stale_evictions_avoided",
             "Immediate evictions dropped because a fresh read of the node no longer justified them.",
             m.stale_evictions_avoided.clone(),
+        );
+        own.register(
+            "pdb_blocked",
+            "Eviction API attempts refused (429) by a PodDisruptionBudget.",
+            m.pdb_blocked.clone(),
+        );
+        own.register(
+            "pdb_timeouts",
+            "Evictions deleted after a PodDisruptionBudget blocked them past --pdb-timeout.",
+            m.pdb_timeouts.clone(),
         );
         m
     }

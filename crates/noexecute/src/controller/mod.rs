@@ -274,6 +274,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         policy.dry_run,
         policy.stale_cache_guard,
         args.engine.comparison_operators,
+        policy.eviction_mode,
+        policy.pdb_timeout,
     );
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
