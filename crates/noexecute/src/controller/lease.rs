@@ -125,10 +125,16 @@ pub fn may_take(
     record: &Record,
     me: &str,
     observed_change: Instant,
-    lease_duration: Duration,
+    fallback: Duration,
     now: Instant,
 ) -> bool {
-    record.holder.is_empty() || record.holder == me || now >= observed_change + lease_duration
+    // The duration the holder recorded counts (replicas may run with different flags, e.g.
+    // during a rollout); ours only when the record has none.
+    let duration = u64::try_from(record.lease_duration_seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map_or(fallback, Duration::from_secs);
+    record.holder.is_empty() || record.holder == me || now >= observed_change + duration
 }
 
 fn micro_now() -> Option<MicroTime> {
