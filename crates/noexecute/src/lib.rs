@@ -16,6 +16,7 @@ pub mod cli;
 pub mod controller;
 pub mod convert;
 pub mod explain;
+pub mod input;
 pub mod plan;
 pub mod plot;
 pub mod policy;

@@ -186,17 +186,10 @@ fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
         message: e.to_string(),
     })?;
     serde_yaml_ng::from_str(&text).map_err(|e| {
-        let place = e
-            .location()
-            .map(|l| format!("{}:{}: ", l.line(), l.column()))
-            .unwrap_or_default();
-        let message = e.to_string();
-        let message = message
-            .find(" at line ")
-            .map_or(message.clone(), |i| message[..i].to_string());
+        let (line, column, message) = crate::input::yaml_error(&e);
         PolicyError::File {
             path: path.to_path_buf(),
-            message: format!("{place}{message}"),
+            message: format!("{line}:{column}: {message}"),
         }
     })
 }

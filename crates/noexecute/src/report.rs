@@ -17,6 +17,43 @@ fn fmt_secs(t: Time) -> String {
     format!("{:.1}s", secs(t))
 }
 
+/// Write aligned columns separated by two spaces; `right[i]` right-aligns column `i`. The last
+/// column is not padded.
+fn write_table<const N: usize>(
+    w: &mut impl Write,
+    header: [&str; N],
+    rows: &[[String; N]],
+    right: [bool; N],
+) -> io::Result<()> {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let mut line = |cells: [&str; N]| -> io::Result<()> {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                out.push_str("  ");
+            }
+            if i + 1 == N {
+                out.push_str(cell);
+            } else if right[i] {
+                out.push_str(&format!("{cell:>width$}", width = widths[i]));
+            } else {
+                out.push_str(&format!("{cell:<width$}", width = widths[i]));
+            }
+        }
+        writeln!(w, "{out}")
+    };
+    line(header)?;
+    for row in rows {
+        line(std::array::from_fn(|i| row[i].as_str()))?;
+    }
+    Ok(())
+}
+
 pub fn table(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
     let rows: Vec<[String; 6]> = t
         .entries
@@ -36,34 +73,12 @@ pub fn table(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
             ]
         })
         .collect();
-    let header = ["AT", "EVENT", "POD", "NODE", "DEADLINE", "REASON"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |w: &mut dyn Write, cells: [&str; 6]| -> io::Result<()> {
-        writeln!(
-            w,
-            "{:>w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {}",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            cells[4],
-            cells[5],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-            w4 = widths[4],
-        )
-    };
-    line(w, header)?;
-    for row in &rows {
-        line(w, [&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]])?;
-    }
+    write_table(
+        w,
+        ["AT", "EVENT", "POD", "NODE", "DEADLINE", "REASON"],
+        &rows,
+        [true, false, false, false, true, false],
+    )?;
     writeln!(w)?;
     writeln!(
         w,
@@ -149,32 +164,12 @@ pub fn plan_table(p: &Plan, w: &mut impl Write) -> io::Result<()> {
             ]
         })
         .collect();
-    let header = ["WHEN", "POD", "NODE", "DECISION", "REASON"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |w: &mut dyn Write, c: [&str; 5]| -> io::Result<()> {
-        writeln!(
-            w,
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
-            c[0],
-            c[1],
-            c[2],
-            c[3],
-            c[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-        )
-    };
-    line(w, header)?;
-    for r in &rows {
-        line(w, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
-    }
+    write_table(
+        w,
+        ["WHEN", "POD", "NODE", "DECISION", "REASON"],
+        &rows,
+        [false; 5],
+    )?;
     let evicted: Vec<&plan::Row> = p.rows.iter().filter(|r| r.evicted_at.is_some()).collect();
     let at_once = evicted
         .iter()

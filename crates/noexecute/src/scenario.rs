@@ -315,13 +315,7 @@ impl Scenario {
 
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario = serde_yaml_ng::from_str(text).map_err(|e| {
-            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            let message = e.to_string();
-            // The library appends " at line X column Y"; we print the position up front.
-            let message = match message.find(" at line ") {
-                Some(i) => message[..i].to_string(),
-                None => message,
-            };
+            let (line, column, message) = crate::input::yaml_error(&e);
             ScenarioError::Syntax {
                 path: path.to_path_buf(),
                 line,

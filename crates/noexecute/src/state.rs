@@ -67,19 +67,12 @@ impl ClusterState {
         };
         let value: serde_json::Value = if text.trim_start().starts_with(['{', '[']) {
             serde_json::from_str(text).map_err(|e| {
-                let message = e.to_string();
-                let message = message
-                    .find(" at line ")
-                    .map_or(message.clone(), |i| message[..i].to_string());
-                syntax(e.line(), e.column(), message)
+                let (line, column, message) = crate::input::json_error(&e);
+                syntax(line, column, message)
             })?
         } else {
             serde_yaml_ng::from_str(text).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                let message = e.to_string();
-                let message = message
-                    .find(" at line ")
-                    .map_or(message.clone(), |i| message[..i].to_string());
+                let (line, column, message) = crate::input::yaml_error(&e);
                 syntax(line, column, message)
             })?
         };
