@@ -53,3 +53,29 @@ pub fn trim_meta(meta: &mut kube::core::ObjectMeta) {
     meta.annotations = None;
     meta.owner_references = None;
 }
+
+/// A pod condition, as the executor reads it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The status the executor reads: conditions only.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionsStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The pod as the executor GETs, patches and deletes it: the same requests as for a full Pod,
+/// with only these fields decoded from the responses.
+pub type ExecPod = Object<PodSpec, ConditionsStatus>;

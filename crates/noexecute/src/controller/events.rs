@@ -126,7 +126,7 @@ impl Sender {
             r.event.message.clone(),
         );
         let api: Api<Event> = Api::namespaced(self.client.clone(), &r.pod.namespace);
-        self.limiter.acquire().await;
+        self.limiter.acquire_background().await;
         let stamp = k8s_openapi::jiff::Timestamp::now();
         if let Some(seen) = self
             .seen

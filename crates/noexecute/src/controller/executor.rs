@@ -19,7 +19,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use noexecute_engine::{EvictionId, Outcome, PodRef, Report, Time};
@@ -30,6 +29,7 @@ use super::clock::Clock;
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
+use crate::slim::ExecPod as Pod;
 
 pub const CONDITION_TYPE: &str = "DisruptionTarget";
 pub const CONDITION_REASON: &str = "DeletionByTaintManager";
@@ -285,7 +285,11 @@ impl Executor {
         if !self.leadership.is_leading() {
             return Attempt::Failed("not the leader".into());
         }
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &job.pod.namespace);
+        let api: Api<Pod> = Api::namespaced_with(
+            self.client.clone(),
+            &job.pod.namespace,
+            &crate::slim::pod_resource(),
+        );
         let name: &str = &job.pod.name;
         let uid = job.pod.uid.to_string();
         let pod = match self.call("get", api.get(name)).await {
@@ -315,7 +319,7 @@ impl Executor {
             return Attempt::WouldEvict;
         }
         if self.mode == crate::policy::EvictionMode::Evict {
-            match self.evict(job, &api, name, &uid).await {
+            match self.evict(job, name, &uid).await {
                 // Blocked for longer than --pdb-timeout: fall through to a DELETE.
                 None => {}
                 Some(attempt) => return attempt,
@@ -361,7 +365,7 @@ impl Executor {
     /// An Eviction (policy/v1), so PodDisruptionBudgets apply. `None` means: blocked by a
     /// budget for longer than --pdb-timeout, delete instead. The Eviction API sets its own
     /// DisruptionTarget condition (reason EvictionByEvictionAPI), so ours is not patched.
-    async fn evict(&self, job: &Job, api: &Api<Pod>, name: &str, uid: &str) -> Option<Attempt> {
+    async fn evict(&self, job: &Job, name: &str, uid: &str) -> Option<Attempt> {
         let params = kube::api::EvictParams {
             delete_options: Some(DeleteParams {
                 preconditions: Some(Preconditions {
@@ -372,7 +376,10 @@ impl Executor {
             }),
             post_options: kube::api::PostParams::default(),
         };
-        match self.call("evict", api.evict(name, &params)).await {
+        // The Eviction subresource is typed on the full Pod; its answer is a Status either way.
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), &job.pod.namespace);
+        match self.call("evict", pods.evict(name, &params)).await {
             Ok(_) => Some(Attempt::Evicted),
             Err(CallError::Status(404, _)) => Some(Attempt::Gone("pod not found")),
             Err(CallError::Status(409, _)) => {
@@ -447,10 +454,10 @@ impl Executor {
         };
         let tolerations: Vec<noexecute_engine::Toleration> = pod
             .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_ref())
-            .map(|t| t.iter().map(crate::convert::toleration).collect())
-            .unwrap_or_default();
+            .tolerations
+            .iter()
+            .map(crate::convert::toleration)
+            .collect();
         if taints.is_empty() {
             return Ok(false);
         }
@@ -483,17 +490,14 @@ impl std::fmt::Display for CallError {
 /// Upstream's `UpdatePodCondition` says no patch is needed when an identical condition is
 /// there.
 fn has_condition(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == CONDITION_TYPE
-                    && c.status == "True"
-                    && c.reason.as_deref() == Some(CONDITION_REASON)
-                    && c.message.as_deref() == Some(CONDITION_MESSAGE)
-            })
+    pod.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == CONDITION_TYPE
+                && c.status == "True"
+                && c.reason.as_deref() == Some(CONDITION_REASON)
+                && c.message.as_deref() == Some(CONDITION_MESSAGE)
         })
+    })
 }
 
 /// The status patch: the condition (merged by type) and the UID as a precondition, as

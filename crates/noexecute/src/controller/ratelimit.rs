@@ -12,6 +12,9 @@ pub struct RateLimiter {
     qps: f64,
     burst: f64,
     state: Mutex<(f64, Instant)>,
+    /// Callers of [`RateLimiter::acquire`] waiting for a token: background requests yield to
+    /// them.
+    urgent: std::sync::atomic::AtomicUsize,
 }
 
 impl RateLimiter {
@@ -21,6 +24,7 @@ impl RateLimiter {
             qps: qps.max(0.001),
             burst,
             state: Mutex::new((burst, Instant::now())),
+            urgent: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -39,10 +43,35 @@ impl RateLimiter {
         }
     }
 
+    /// Wait for a token, in order with other urgent requests (evictions).
     pub async fn acquire(&self) {
+        use std::sync::atomic::Ordering;
+        self.urgent.fetch_add(1, Ordering::SeqCst);
         let wait = self.reserve().await;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
+        }
+        self.urgent.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wait for a token that no urgent request needs (events): the shared budget stays the
+    /// configured QPS and burst, but an eviction never waits behind an event.
+    pub async fn acquire_background(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            if self.urgent.load(Ordering::SeqCst) == 0 {
+                let mut state = self.state.lock().await;
+                let now = Instant::now();
+                let (tokens, last) = *state;
+                let refilled =
+                    (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
+                if refilled >= 1.0 {
+                    *state = (refilled - 1.0, now);
+                    return;
+                }
+                *state = (refilled, now);
+            }
+            tokio::time::sleep(Duration::from_secs_f64(1.0 / self.qps)).await;
         }
     }
 }
@@ -50,6 +79,34 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn background_requests_yield_to_urgent_ones() {
+        let limiter = std::sync::Arc::new(RateLimiter::new(10.0, 1));
+        limiter.acquire().await; // the burst
+        let urgent = {
+            let l = limiter.clone();
+            tokio::spawn(async move {
+                l.acquire().await;
+                tokio::time::Instant::now()
+            })
+        };
+        tokio::task::yield_now().await;
+        let background = {
+            let l = limiter.clone();
+            tokio::spawn(async move {
+                l.acquire_background().await;
+                tokio::time::Instant::now()
+            })
+        };
+        let (u, b) = (
+            urgent.await.unwrap_or_else(|_| tokio::time::Instant::now()),
+            background
+                .await
+                .unwrap_or_else(|_| tokio::time::Instant::now()),
+        );
+        assert!(u < b, "the urgent request went first");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn burst_then_qps() {
