@@ -22,13 +22,13 @@ use std::time::Duration;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use noexecute_engine::{EvictionId, Outcome, PodRef, Report, Time};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use super::clock::Clock;
 use super::lease::Leadership;
 use super::metrics::Metrics;
-use super::ratelimit::RateLimiter;
+use super::ratelimit::{Hold, RateLimiter};
 use crate::slim::ExecPod as Pod;
 
 pub const CONDITION_TYPE: &str = "DisruptionTarget";
@@ -90,7 +90,9 @@ struct NodeReads {
 pub struct Executor {
     client: Client,
     limiter: Arc<RateLimiter>,
-    permits: Arc<Semaphore>,
+    /// Jobs for the workers (each holds the limiter's urgency while queued).
+    queue: mpsc::UnboundedSender<(Job, Hold)>,
+    stopping: tokio_util::sync::CancellationToken,
     leadership: Leadership,
     reports: mpsc::UnboundedSender<Report>,
     metrics: Metrics,
@@ -138,10 +140,12 @@ impl Executor {
         mode: crate::policy::EvictionMode,
         pdb_timeout: Option<Duration>,
     ) -> Executor {
-        Executor {
+        let (queue, jobs) = mpsc::unbounded_channel();
+        let executor = Executor {
             client,
             limiter,
-            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            queue,
+            stopping: tokio_util::sync::CancellationToken::new(),
             leadership,
             reports,
             metrics,
@@ -161,20 +165,43 @@ impl Executor {
             mode,
             pdb_timeout,
             blocked_since: Arc::new(Mutex::new(HashMap::new())),
+        };
+        let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+        for _ in 0..concurrency.max(1) {
+            executor.tasks.spawn(executor.clone().work(jobs.clone()));
+        }
+        executor
+    }
+
+    /// Queue an attempt; a worker carries it out and its report arrives on the reports
+    /// channel. Queued jobs cost a few hundred bytes each, not a task.; its report arrives on the reports channel.
+    pub fn submit(&self, job: Job) {
+        // Queued work is urgent: events wait until the backlog is gone.
+        let hold = self.limiter.hold();
+        if self.queue.send((job, hold)).is_err() {
+            tracing::warn!("the executor is stopped; eviction not carried out");
         }
     }
 
-    /// Start an attempt in the background; its report arrives on the reports channel.
-    pub fn submit(&self, job: Job) {
-        let this = self.clone();
-        self.tasks.spawn(async move {
-            let Ok(_permit) = this.permits.clone().acquire_owned().await else {
+    /// One of `concurrency` workers: attempts jobs one after another until the queue closes
+    /// or shutdown begins.
+    async fn work(self, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Job, Hold)>>>) {
+        loop {
+            let next = {
+                let mut jobs = jobs.lock().await;
+                tokio::select! {
+                    biased;
+                    _ = self.stopping.cancelled() => None,
+                    job = jobs.recv() => job,
+                }
+            };
+            let Some((job, _hold)) = next else {
                 return;
             };
-            let outcome = this.attempt(&job).await;
-            let report = this.conclude(&job, outcome);
-            let _ = this.reports.send(report);
-        });
+            let outcome = self.attempt(&job).await;
+            let report = self.conclude(&job, outcome);
+            let _ = self.reports.send(report);
+        }
     }
 
     /// The engine dropped this eviction: forget its failure count.
@@ -189,6 +216,7 @@ impl Executor {
 
     /// Wait for the attempts in flight (on shutdown).
     pub async fn drain(&self) {
+        self.stopping.cancel();
         self.tasks.close();
         self.tasks.wait().await;
     }

@@ -62,8 +62,9 @@ pub struct RunArgs {
     /// Client-side burst (kube-controller-manager's --kube-api-burst default).
     #[arg(long, env = "NOEXECUTE_KUBE_API_BURST", default_value_t = 30)]
     pub kube_api_burst: u32,
-    /// Evictions carried out at the same time.
-    #[arg(long, env = "NOEXECUTE_CONCURRENCY", default_value_t = 16)]
+    /// Evictions carried out at the same time (workers). The QPS limit is what bounds the
+    /// request rate; this only has to cover the API server's latency.
+    #[arg(long, env = "NOEXECUTE_CONCURRENCY", default_value_t = 64)]
     pub concurrency: usize,
     /// Manage only the nodes matching this label selector (e.g. one node pool per
     /// controller). Pods on other nodes are never evicted by this instance.

@@ -43,6 +43,14 @@ impl RateLimiter {
         }
     }
 
+    /// Mark urgent work as pending until the guard is dropped: background requests wait
+    /// meanwhile (evictions queued in the executor hold one each).
+    pub fn hold(self: &std::sync::Arc<Self>) -> Hold {
+        self.urgent
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Hold(self.clone())
+    }
+
     /// Wait for a token, in order with other urgent requests (evictions).
     pub async fn acquire(&self) {
         use std::sync::atomic::Ordering;
@@ -73,6 +81,18 @@ impl RateLimiter {
             }
             tokio::time::sleep(Duration::from_secs_f64(1.0 / self.qps)).await;
         }
+    }
+}
+
+/// See [`RateLimiter::hold`].
+#[derive(Debug)]
+pub struct Hold(std::sync::Arc<RateLimiter>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0
+            .urgent
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
