@@ -173,6 +173,12 @@ impl Plane {
     /// Install what `deploy/` grants the controller (namespace, service account, RBAC), so
     /// that a controller running with [`Plane::controller_kubeconfig`] has exactly that.
     pub fn install_rbac(&self) -> Result<()> {
+        // `kubectl apply` is idempotent one at a time, but two running at once can both try
+        // to create and one fails with AlreadyExists: tests of one binary take turns.
+        static APPLY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = APPLY
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.kubectl(&[
             "apply",
             "-f",
