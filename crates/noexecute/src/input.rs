@@ -1,6 +1,32 @@
 //! Positions for parse errors of user-supplied files (scenarios, snapshots, policy files), so
 //! every message can say `file:line:column: what`.
 
+use std::path::PathBuf;
+
+/// A user-supplied file could not be used. Every variant names the file; syntax and type
+/// errors carry the position, semantic ones the offending field.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
 /// Line, column and message of a YAML error, without the library's own " at line …" suffix.
 pub fn yaml_error(e: &serde_yaml_ng::Error) -> (usize, usize, String) {
     let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));

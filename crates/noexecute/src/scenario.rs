@@ -7,32 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use noexecute_engine::{Effect, Operator, Taint, Time, Toleration};
 use serde::Deserialize;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ScenarioError {
-    #[error("{path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{column}: {message}")]
-    Syntax {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    #[error("{path}: {field}: {message}")]
-    Invalid {
-        path: PathBuf,
-        field: String,
-        message: String,
-    },
-}
+/// Errors loading a scenario; see [`crate::input::InputError`].
+pub type ScenarioError = crate::input::InputError;
 
 /// A duration in a scenario: `90s`, `5m`, `1h30m`, `1.5s`, or plain (possibly fractional)
 /// seconds. Held as milliseconds.
@@ -306,24 +287,25 @@ pub struct Scenario {
 
 impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| crate::input::InputError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Scenario::parse(path, &text)
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario = serde_yaml_ng::from_str(text).map_err(|e| {
             let (line, column, message) = crate::input::yaml_error(&e);
-            ScenarioError::Syntax {
+            crate::input::InputError::Syntax {
                 path: path.to_path_buf(),
                 line,
                 column,
                 message,
             }
         })?;
-        let invalid = |field: String, message: String| ScenarioError::Invalid {
+        let invalid = |field: String, message: String| crate::input::InputError::Invalid {
             path: path.to_path_buf(),
             field,
             message,

@@ -2,7 +2,7 @@
 //! List that `kubectl get nodes,pods -A -o json` prints) or live and read-only through a
 //! kubeconfig.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use kube::api::ListParams;
@@ -10,27 +10,8 @@ use kube::{Api, Client};
 
 use crate::slim::{self, SlimNode, SlimPod};
 
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error("{path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{column}: {message}")]
-    Syntax {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    #[error("{path}: {field}: {message}")]
-    Invalid {
-        path: PathBuf,
-        field: String,
-        message: String,
-    },
-}
+/// Errors loading a snapshot; see [`crate::input::InputError`].
+pub type SnapshotError = crate::input::InputError;
 
 /// Nodes and pods, and where they came from.
 #[derive(Debug, Clone, Default)]
@@ -46,21 +27,23 @@ impl ClusterState {
     /// Read a snapshot: a `List` (or `NodeList`/`PodList`) of nodes and pods, or a single
     /// object, as JSON or YAML.
     pub fn from_file(path: &Path) -> Result<ClusterState, SnapshotError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| crate::input::InputError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         ClusterState::parse(path, &text)
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<ClusterState, SnapshotError> {
-        let syntax = |line: usize, column: usize, message: String| SnapshotError::Syntax {
-            path: path.to_path_buf(),
-            line,
-            column,
-            message,
-        };
-        let invalid = |field: String, message: String| SnapshotError::Invalid {
+        let syntax =
+            |line: usize, column: usize, message: String| crate::input::InputError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message,
+            };
+        let invalid = |field: String, message: String| crate::input::InputError::Invalid {
             path: path.to_path_buf(),
             field,
             message,
