@@ -156,6 +156,9 @@ pub struct Engine {
     tolerations: Interner<[Toleration]>,
     queue: DeadlineQueue,
     next_eviction: u64,
+    /// Nodes that exist, and those of them with `NoExecute` taints (for the brake).
+    existing_nodes: usize,
+    tainted_nodes: usize,
 }
 
 impl Default for Engine {
@@ -182,6 +185,8 @@ impl Engine {
             tolerations,
             queue: DeadlineQueue::new(),
             next_eviction: 1,
+            existing_nodes: 0,
+            tainted_nodes: 0,
         }
     }
 
@@ -236,6 +241,7 @@ impl Engine {
         if entry.exists && unchanged {
             return;
         }
+        let (existed, was_tainted) = (entry.exists, entry.taints.is_some());
         entry.exists = true;
         // The taints are recorded before the pods are looked at: upstream's ordering rule.
         entry.taints = if taints.is_empty() {
@@ -244,8 +250,10 @@ impl Engine {
             Some(Arc::from(taints))
         };
         let tainted = entry.taints.is_some();
+        let count = entry.pods.len();
+        self.count_node(existed, was_tainted, true, tainted);
         // Neither evaluating nor cancelling moves pods between nodes, so the list is stable.
-        for i in 0..entry.pods.len() {
+        for i in 0..count {
             let pod = self.node(id).pods[i];
             if tainted {
                 self.evaluate(pod, now, out);
@@ -262,8 +270,10 @@ impl Engine {
             return;
         };
         let entry = self.node_mut(id);
+        let (existed, was_tainted) = (entry.exists, entry.taints.is_some());
         entry.exists = false;
         entry.taints = None;
+        self.count_node(existed, was_tainted, false, false);
         self.release_node_if_unused(id);
     }
 
@@ -639,6 +649,16 @@ impl Engine {
             .flatten()
             .filter(|n| n.exists)
             .map(|n| &*n.name)
+    }
+
+    /// (nodes that exist, nodes among them with `NoExecute` taints), kept as nodes change.
+    pub fn node_counts(&self) -> (usize, usize) {
+        (self.existing_nodes, self.tainted_nodes)
+    }
+
+    fn count_node(&mut self, existed: bool, was_tainted: bool, exists: bool, tainted: bool) {
+        self.existing_nodes = self.existing_nodes + usize::from(exists) - usize::from(existed);
+        self.tainted_nodes = self.tainted_nodes + usize::from(tainted) - usize::from(was_tainted);
     }
 
     /// Number of distinct toleration lists held (interning statistics).

@@ -516,6 +516,18 @@ impl Run {
     }
 
     fn check_invariants(&self) {
+        let existing = self.model.nodes.values().filter(|(e, _)| *e).count();
+        let tainted = self
+            .model
+            .nodes
+            .values()
+            .filter(|(e, t)| *e && t.iter().any(|t| t.is_no_execute()))
+            .count();
+        assert_eq!(
+            self.engine.node_counts(),
+            (existing, tainted),
+            "node counts (for the brake)"
+        );
         let mut pending = 0;
         for view in self.engine.pods() {
             let pod = &view.pod;

@@ -1,0 +1,556 @@
+//! Pacing of due evictions: the opt-in rate limits (overall and per node) and the
+//! mass-eviction brake.
+//!
+//! The engine decides *that* a pod must go and when it is due; the [`Pacer`] decides when a
+//! due eviction may start. With nothing configured it lets everything through at once, which
+//! is upstream's behaviour. Like the engine it is pure and deterministic: time comes in as an
+//! argument, and the live controller and the simulator drive the same code.
+//!
+//! - **Rate limits** are token buckets: `per_second` tokens a second, up to `burst` saved.
+//!   Every eviction takes a token from the overall bucket and one from its node's bucket.
+//! - **Order:** among the evictions whose node may go, the one due first (then the older
+//!   eviction) starts first. A node out of tokens never holds up other nodes.
+//! - **The brake:** while more than `threshold_percent` of the known nodes carry `NoExecute`
+//!   taints (and at least `min_tainted_nodes` do), nothing starts, except on nodes an operator
+//!   released one by one. Evictions that were held are not lost: they start, paced, as soon
+//!   as the brake lets go, or are dropped when the engine cancels them.
+//!
+//! Costs: O(log n) per eviction offered, started or cancelled; engaging or releasing the brake
+//! is O(nodes with held evictions).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::observe::EvictionId;
+use crate::time::Time;
+
+/// A token bucket's settings.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Rate {
+    /// Tokens added per second (> 0).
+    pub per_second: f64,
+    /// Tokens that can be saved up (≥ 1); a full bucket lets this many start at once.
+    pub burst: u32,
+}
+
+/// The mass-eviction brake's settings.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Brake {
+    /// Evictions pause while more than this percentage of nodes carry `NoExecute` taints.
+    pub threshold_percent: f64,
+    /// ... and at least this many nodes are tainted (so one tainted node of a tiny cluster
+    /// does not stop everything).
+    pub min_tainted_nodes: usize,
+}
+
+/// What paces evictions; the default paces nothing.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct PaceConfig {
+    /// Overall evictions per second.
+    pub rate: Option<Rate>,
+    /// Evictions per second on any one node.
+    pub node_rate: Option<Rate>,
+    pub brake: Option<Brake>,
+}
+
+impl PaceConfig {
+    /// Whether anything is paced at all.
+    pub fn is_active(&self) -> bool {
+        self.rate.is_some() || self.node_rate.is_some() || self.brake.is_some()
+    }
+}
+
+/// The brake engaged or let go; the caller records it (event, metric, log).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum BrakeChange {
+    Engaged { tainted: usize, nodes: usize },
+    Released { tainted: usize, nodes: usize },
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Time,
+}
+
+impl Bucket {
+    fn full(rate: &Rate, now: Time) -> Bucket {
+        Bucket {
+            tokens: f64::from(rate.burst.max(1)),
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, rate: &Rate, now: Time) {
+        if now > self.at {
+            let elapsed = (now.as_millis() - self.at.as_millis()) as f64 / 1000.0;
+            self.tokens =
+                (self.tokens + elapsed * rate.per_second).min(f64::from(rate.burst.max(1)));
+            self.at = now;
+        }
+    }
+
+    /// When the bucket holds a whole token (after refilling to `self.at`).
+    fn ready_at(&self, rate: &Rate) -> Time {
+        if self.tokens >= 1.0 {
+            return self.at;
+        }
+        let ms = ((1.0 - self.tokens) * 1000.0 / rate.per_second).ceil();
+        Time::from_millis(
+            self.at
+                .as_millis()
+                .saturating_add(ms.min(i64::MAX as f64) as i64),
+        )
+    }
+}
+
+/// A node's held evictions, due first first.
+#[derive(Debug)]
+struct NodeQueue {
+    items: BTreeSet<(Time, EvictionId)>,
+    bucket: Option<Bucket>,
+}
+
+type Key = Option<Arc<str>>;
+
+/// Holds due evictions (with a payload `T` for the caller) until they may start.
+#[derive(Debug)]
+pub struct Pacer<T> {
+    config: PaceConfig,
+    held: HashMap<EvictionId, (Key, Time, T)>,
+    queues: HashMap<Key, NodeQueue>,
+    /// The head of every node queue that may start now as far as its own node goes.
+    ready: BTreeSet<(Time, EvictionId, Key)>,
+    /// Nodes out of tokens, by when they have one again.
+    cooling: BTreeSet<(Time, Key)>,
+    cooling_at: HashMap<Key, Time>,
+    overall: Option<Bucket>,
+    braking: bool,
+    released: HashSet<Arc<str>>,
+    counts: (usize, usize),
+}
+
+impl<T> Pacer<T> {
+    pub fn new(config: PaceConfig) -> Pacer<T> {
+        Pacer {
+            config,
+            held: HashMap::new(),
+            queues: HashMap::new(),
+            ready: BTreeSet::new(),
+            cooling: BTreeSet::new(),
+            cooling_at: HashMap::new(),
+            overall: None,
+            braking: false,
+            released: HashSet::new(),
+            counts: (0, 0),
+        }
+    }
+
+    pub fn config(&self) -> &PaceConfig {
+        &self.config
+    }
+
+    /// Whether the brake holds now.
+    pub fn braking(&self) -> bool {
+        self.braking
+    }
+
+    /// Evictions held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Evictions held only by the brake (their node is neither released nor cooling).
+    pub fn held_by_brake(&self) -> usize {
+        if !self.braking {
+            return 0;
+        }
+        self.queues
+            .iter()
+            .filter(|(k, _)| !self.node_released(k))
+            .map(|(_, q)| q.items.len())
+            .sum()
+    }
+
+    /// The (nodes, tainted nodes) counts last given to [`Pacer::set_node_counts`].
+    pub fn node_counts(&self) -> (usize, usize) {
+        self.counts
+    }
+
+    fn node_released(&self, key: &Key) -> bool {
+        match key {
+            Some(node) => self.released.contains(node),
+            None => false,
+        }
+    }
+
+    /// Whether the brake lets this node's evictions start.
+    fn node_open(&self, key: &Key) -> bool {
+        !self.braking || self.node_released(key)
+    }
+
+    /// A due eviction of a pod on `node`; `deadline` orders it among the others.
+    pub fn offer(
+        &mut self,
+        eviction: EvictionId,
+        node: Option<Arc<str>>,
+        deadline: Time,
+        payload: T,
+    ) {
+        if self.held.contains_key(&eviction) {
+            return;
+        }
+        let queue = self
+            .queues
+            .entry(node.clone())
+            .or_insert_with(|| NodeQueue {
+                items: BTreeSet::new(),
+                bucket: None,
+            });
+        let old_head = queue.items.first().copied();
+        queue.items.insert((deadline, eviction));
+        let new_head = queue.items.first().copied();
+        self.held
+            .insert(eviction, (node.clone(), deadline, payload));
+        if old_head != new_head {
+            self.requeue_head(&node, old_head);
+        }
+    }
+
+    /// The engine cancelled the eviction (or the pod went away): drop it if held.
+    pub fn cancel(&mut self, eviction: EvictionId) -> Option<T> {
+        let (node, deadline, payload) = self.held.remove(&eviction)?;
+        let mut empty = false;
+        let mut old_head = None;
+        if let Some(queue) = self.queues.get_mut(&node) {
+            old_head = queue.items.first().copied();
+            queue.items.remove(&(deadline, eviction));
+            empty = queue.items.is_empty();
+        }
+        if old_head == Some((deadline, eviction)) {
+            self.requeue_head(&node, old_head);
+        }
+        if empty {
+            self.drop_queue_if_idle(&node);
+        }
+        Some(payload)
+    }
+
+    /// Put a node's head back in `ready` after it changed (`old` is the head that was there).
+    fn requeue_head(&mut self, key: &Key, old: Option<(Time, EvictionId)>) {
+        if let Some((d, id)) = old {
+            self.ready.remove(&(d, id, key.clone()));
+        }
+        if !self.node_open(key) || self.cooling_at.contains_key(key) {
+            return;
+        }
+        if let Some(&(d, id)) = self.queues.get(key).and_then(|q| q.items.first()) {
+            self.ready.insert((d, id, key.clone()));
+        }
+    }
+
+    /// A queue with nothing held and a full bucket carries no information: forget it.
+    fn drop_queue_if_idle(&mut self, key: &Key) {
+        let idle = self.queues.get(key).is_some_and(|q| {
+            q.items.is_empty()
+                && match (&q.bucket, &self.config.node_rate) {
+                    (Some(b), Some(rate)) => b.tokens >= f64::from(rate.burst.max(1)),
+                    _ => true,
+                }
+        });
+        if idle && !self.cooling_at.contains_key(key) {
+            self.queues.remove(key);
+        }
+    }
+
+    /// Release (or stop releasing) one node's evictions while the brake holds.
+    pub fn set_node_released(&mut self, node: &str, released: bool) {
+        let key: Key = Some(Arc::from(node));
+        let changed = if released {
+            self.released.insert(Arc::from(node))
+        } else {
+            self.released.remove(node)
+        };
+        if changed && self.braking {
+            let head = self.queues.get(&key).and_then(|q| q.items.first().copied());
+            if let Some((d, id)) = head {
+                self.ready.remove(&(d, id, key.clone()));
+            }
+            self.requeue_head(&key, None);
+        }
+    }
+
+    /// The cluster's node counts: (nodes known, nodes with `NoExecute` taints). Returns the
+    /// brake's change, if any.
+    pub fn set_node_counts(&mut self, nodes: usize, tainted: usize) -> Option<BrakeChange> {
+        self.counts = (nodes, tainted);
+        let brake = self.config.brake?;
+        let over = nodes > 0
+            && tainted >= brake.min_tainted_nodes.max(1)
+            && (tainted as f64) * 100.0 > brake.threshold_percent * nodes as f64;
+        if over == self.braking {
+            return None;
+        }
+        self.braking = over;
+        self.rebuild_ready();
+        Some(if over {
+            BrakeChange::Engaged { tainted, nodes }
+        } else {
+            BrakeChange::Released { tainted, nodes }
+        })
+    }
+
+    fn rebuild_ready(&mut self) {
+        self.ready.clear();
+        let mut heads = Vec::new();
+        for (key, queue) in &self.queues {
+            if self.cooling_at.contains_key(key) || !self.node_open(key) {
+                continue;
+            }
+            if let Some(&(d, id)) = queue.items.first() {
+                heads.push((d, id, key.clone()));
+            }
+        }
+        self.ready.extend(heads);
+    }
+
+    /// Start every held eviction that may start at `now`, in order, appending payloads.
+    pub fn release(&mut self, now: Time, out: &mut Vec<T>) {
+        // Nodes whose bucket refilled go back to the ready set.
+        while let Some((at, key)) = self.cooling.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.cooling.pop_first();
+            self.cooling_at.remove(&key);
+            self.requeue_head(&key, None);
+            if self.queues.get(&key).is_some_and(|q| q.items.is_empty()) {
+                self.drop_queue_if_idle(&key);
+            }
+        }
+        while let Some((deadline, eviction, key)) = self.ready.first().cloned() {
+            if let Some(rate) = self.config.rate {
+                let bucket = self.overall.get_or_insert_with(|| Bucket::full(&rate, now));
+                bucket.refill(&rate, now);
+                if bucket.tokens < 1.0 {
+                    break;
+                }
+            }
+            self.ready.pop_first();
+            if let Some(rate) = self.config.node_rate {
+                let queue = match self.queues.get_mut(&key) {
+                    Some(q) => q,
+                    None => continue,
+                };
+                let bucket = queue.bucket.get_or_insert_with(|| Bucket::full(&rate, now));
+                bucket.refill(&rate, now);
+                if bucket.tokens < 1.0 {
+                    let at = bucket.ready_at(&rate);
+                    self.cooling.insert((at, key.clone()));
+                    self.cooling_at.insert(key, at);
+                    continue;
+                }
+                bucket.tokens -= 1.0;
+            }
+            if let Some(bucket) = self.overall.as_mut() {
+                bucket.tokens -= 1.0;
+            }
+            let Some((_, _, payload)) = self.held.remove(&eviction) else {
+                continue;
+            };
+            if let Some(queue) = self.queues.get_mut(&key) {
+                queue.items.remove(&(deadline, eviction));
+            }
+            self.requeue_head(&key, None);
+            if self.queues.get(&key).is_some_and(|q| q.items.is_empty()) {
+                self.drop_queue_if_idle(&key);
+            }
+            out.push(payload);
+        }
+    }
+
+    /// The earliest time [`Pacer::release`] may start something that is held now; `None`
+    /// when nothing can start until an input changes (the brake holds, or nothing is held).
+    pub fn next_release(&self) -> Option<Time> {
+        let overall = if self.ready.is_empty() {
+            None
+        } else {
+            match (&self.config.rate, &self.overall) {
+                (Some(rate), Some(bucket)) => Some(bucket.ready_at(rate)),
+                _ => Some(Time::MIN),
+            }
+        };
+        // The first cooling node may be braked or empty by now: waking for it is harmless.
+        let cooling = self.cooling.first().map(|(t, _)| *t);
+        match (overall, cooling) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: i64) -> Time {
+        Time::from_millis(ms)
+    }
+
+    fn node(n: &str) -> Option<Arc<str>> {
+        Some(Arc::from(n))
+    }
+
+    /// Release at every instant the pacer asks for, up to `until`; (time, payload) pairs.
+    fn drain(p: &mut Pacer<u32>, from: i64, until: i64) -> Vec<(i64, u32)> {
+        let mut now = t(from);
+        let mut got = Vec::new();
+        loop {
+            let mut out = Vec::new();
+            p.release(now, &mut out);
+            got.extend(out.into_iter().map(|x| (now.as_millis(), x)));
+            match p.next_release() {
+                Some(next) if next.as_millis() <= until => now = next.max(now),
+                _ => return got,
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_configured_lets_everything_through_in_deadline_order() {
+        let mut p = Pacer::new(PaceConfig::default());
+        p.offer(EvictionId(2), node("a"), t(20), 2);
+        p.offer(EvictionId(1), node("b"), t(10), 1);
+        p.offer(EvictionId(3), None, t(5), 3);
+        let mut out = Vec::new();
+        p.release(t(100), &mut out);
+        assert_eq!(out, vec![3, 1, 2]);
+        assert!(p.is_empty());
+        assert_eq!(p.next_release(), None);
+    }
+
+    #[test]
+    fn overall_rate_spaces_evictions_after_the_burst() {
+        let mut p = Pacer::new(PaceConfig {
+            rate: Some(Rate {
+                per_second: 2.0,
+                burst: 2,
+            }),
+            ..PaceConfig::default()
+        });
+        for i in 0..5 {
+            p.offer(EvictionId(i), node(&format!("n{i}")), t(0), i as u32);
+        }
+        let got = drain(&mut p, 0, 10_000);
+        assert_eq!(got, vec![(0, 0), (0, 1), (500, 2), (1000, 3), (1500, 4)]);
+    }
+
+    #[test]
+    fn a_node_out_of_tokens_does_not_hold_up_other_nodes() {
+        let mut p = Pacer::new(PaceConfig {
+            node_rate: Some(Rate {
+                per_second: 1.0,
+                burst: 1,
+            }),
+            ..PaceConfig::default()
+        });
+        p.offer(EvictionId(1), node("a"), t(0), 1);
+        p.offer(EvictionId(2), node("a"), t(0), 2);
+        p.offer(EvictionId(3), node("a"), t(0), 3);
+        p.offer(EvictionId(4), node("b"), t(1), 4);
+        let got = drain(&mut p, 0, 10_000);
+        assert_eq!(got, vec![(0, 1), (0, 4), (1000, 2), (2000, 3)]);
+    }
+
+    #[test]
+    fn the_brake_holds_until_the_share_drops_and_released_nodes_go_first() {
+        let mut p = Pacer::new(PaceConfig {
+            brake: Some(Brake {
+                threshold_percent: 50.0,
+                min_tainted_nodes: 1,
+            }),
+            ..PaceConfig::default()
+        });
+        assert_eq!(
+            p.set_node_counts(4, 2),
+            None,
+            "exactly 50% is not more than 50%"
+        );
+        assert_eq!(
+            p.set_node_counts(4, 3),
+            Some(BrakeChange::Engaged {
+                tainted: 3,
+                nodes: 4
+            })
+        );
+        p.offer(EvictionId(1), node("a"), t(0), 1);
+        p.offer(EvictionId(2), node("b"), t(0), 2);
+        p.offer(EvictionId(3), node("b"), t(0), 3);
+        let mut out = Vec::new();
+        p.release(t(10), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(p.next_release(), None, "nothing to wake for");
+        assert_eq!(p.held_by_brake(), 3);
+        p.set_node_released("b", true);
+        p.release(t(20), &mut out);
+        assert_eq!(out, vec![2, 3]);
+        assert_eq!(p.held_by_brake(), 1);
+        assert_eq!(
+            p.cancel(EvictionId(1)),
+            Some(1),
+            "a cancel drops a held eviction"
+        );
+        p.offer(EvictionId(4), node("a"), t(30), 4);
+        assert_eq!(
+            p.set_node_counts(4, 1),
+            Some(BrakeChange::Released {
+                tainted: 1,
+                nodes: 4
+            })
+        );
+        out.clear();
+        p.release(t(40), &mut out);
+        assert_eq!(out, vec![4]);
+    }
+
+    #[test]
+    fn the_brake_needs_the_minimum_number_of_tainted_nodes() {
+        let mut p: Pacer<u32> = Pacer::new(PaceConfig {
+            brake: Some(Brake {
+                threshold_percent: 30.0,
+                min_tainted_nodes: 3,
+            }),
+            ..PaceConfig::default()
+        });
+        assert_eq!(p.set_node_counts(2, 2), None, "100% of a 2-node cluster");
+        assert!(p.set_node_counts(5, 3).is_some());
+        assert!(p.braking());
+    }
+
+    #[test]
+    fn cancelling_a_head_lets_the_next_one_go() {
+        let mut p = Pacer::new(PaceConfig {
+            rate: Some(Rate {
+                per_second: 1.0,
+                burst: 1,
+            }),
+            ..PaceConfig::default()
+        });
+        p.offer(EvictionId(1), node("a"), t(0), 1);
+        p.offer(EvictionId(2), node("a"), t(1), 2);
+        p.offer(EvictionId(3), node("b"), t(2), 3);
+        let mut out = Vec::new();
+        p.release(t(0), &mut out);
+        assert_eq!(out, vec![1]);
+        assert_eq!(p.cancel(EvictionId(2)), Some(2));
+        assert_eq!(p.next_release(), Some(t(1000)));
+        out.clear();
+        p.release(t(1000), &mut out);
+        assert_eq!(out, vec![3]);
+        assert!(p.is_empty());
+    }
+}
