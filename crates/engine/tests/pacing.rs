@@ -142,7 +142,7 @@ proptest! {
             guard += 1;
             prop_assert!(guard < 10_000, "held evictions never drain: {:?}", held);
         }
-        drop(step);
+
         if let Some(rate) = &config.rate {
             assert_rate(&overall, rate, "overall");
         }
