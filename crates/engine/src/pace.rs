@@ -127,6 +127,7 @@ pub struct Pacer<T> {
     overall: Option<Bucket>,
     braking: bool,
     released: HashSet<Arc<str>>,
+    release_all: bool,
     counts: (usize, usize),
 }
 
@@ -142,6 +143,7 @@ impl<T> Pacer<T> {
             overall: None,
             braking: false,
             released: HashSet::new(),
+            release_all: false,
             counts: (0, 0),
         }
     }
@@ -153,6 +155,11 @@ impl<T> Pacer<T> {
     /// Whether the brake holds now.
     pub fn braking(&self) -> bool {
         self.braking
+    }
+
+    /// Whether this eviction is held.
+    pub fn holds(&self, eviction: EvictionId) -> bool {
+        self.held.contains_key(&eviction)
     }
 
     /// Evictions held.
@@ -182,6 +189,9 @@ impl<T> Pacer<T> {
     }
 
     fn node_released(&self, key: &Key) -> bool {
+        if self.release_all {
+            return true;
+        }
         match key {
             Some(node) => self.released.contains(node),
             None => false,
@@ -282,6 +292,19 @@ impl<T> Pacer<T> {
             }
             self.requeue_head(&key, None);
         }
+    }
+
+    /// Release every node: the brake is still computed and reported, but holds nothing.
+    pub fn set_release_all(&mut self, release: bool) {
+        if self.release_all != release {
+            self.release_all = release;
+            self.rebuild_ready();
+        }
+    }
+
+    /// Whether a node's evictions are released while the brake holds.
+    pub fn is_released(&self, node: &str) -> bool {
+        self.release_all || self.released.contains(node)
     }
 
     /// The cluster's node counts: (nodes known, nodes with `NoExecute` taints). Returns the

@@ -107,9 +107,23 @@ impl Hypothesis {
 pub struct Row {
     pub pod: String,
     pub node: String,
-    /// When it would be evicted; `None` when it is safe (within the horizon).
+    /// When it would be evicted; `None` when it is safe (within the horizon) or held.
     pub evicted_at: Option<Time>,
+    /// Due, but held by the mass-eviction brake (or rate limits) past the horizon.
+    pub held: bool,
     pub reason: String,
+}
+
+impl Row {
+    pub fn decision(&self) -> &'static str {
+        if self.evicted_at.is_some() {
+            "evict"
+        } else if self.held {
+            "held"
+        } else {
+            "safe"
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -122,6 +136,8 @@ pub struct Plan {
     pub unaffected_nodes: usize,
     pub source: String,
     pub horizon: Option<Time>,
+    /// The mass-eviction brake engaged with the hypothesis applied: (tainted, nodes).
+    pub brake: Option<(usize, usize)>,
 }
 
 /// Run the plan at wall-clock time `now` (Unix milliseconds), up to `horizon` if given.
@@ -143,9 +159,21 @@ pub fn run(
     let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
     let mut skipped: BTreeSet<String> = BTreeSet::new();
 
+    let mut pacer: noexecute_engine::Pacer<(String, String)> =
+        noexecute_engine::Pacer::new(policy.pace);
+    pacer.set_release_all(policy.release_brake);
     let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
     for n in &state.nodes {
+        let released = n
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::policy::RELEASE_ANNOTATION))
+            .is_some_and(|v| v == "true");
         let obs = convert::node(n);
+        if released {
+            pacer.set_node_released(&obs.name, true);
+        }
         nodes.insert(obs.name.clone(), obs.taints.clone());
         engine.upsert_node(&obs, now, &mut out);
     }
@@ -170,6 +198,9 @@ pub fn run(
         engine.upsert_node(&obs, now, &mut out);
     }
     let mut clock = now;
+    let mut brake = None;
+    let mut due: BTreeMap<String, (Time, String)> = BTreeMap::new();
+    let mut started = Vec::new();
     loop {
         for action in out.drain(..) {
             match action {
@@ -177,13 +208,20 @@ pub fn run(
                     pod,
                     eviction,
                     cause,
+                    deadline,
                     ..
                 } => {
                     let reason = cause.map_or_else(
                         || "scheduled earlier; the node no longer reports its taints".into(),
                         |c| c.to_string(),
                     );
-                    evicted.insert(pod.to_string(), (clock, reason));
+                    due.insert(pod.to_string(), (deadline, reason.clone()));
+                    pacer.offer(
+                        eviction,
+                        pod.node.clone(),
+                        deadline,
+                        (pod.to_string(), reason),
+                    );
                     let report = Report {
                         namespace: pod.namespace.clone(),
                         name: pod.name.clone(),
@@ -198,7 +236,28 @@ pub fn run(
                 Action::Schedule { .. } | Action::Cancel { .. } => {}
             }
         }
-        match engine.next_deadline() {
+        let (node_count, tainted) = engine.node_counts();
+        if let Some(noexecute_engine::BrakeChange::Engaged { tainted, nodes }) =
+            pacer.set_node_counts(node_count, tainted)
+        {
+            brake = Some((tainted, nodes));
+        }
+        pacer.release(clock, &mut started);
+        for (pod, reason) in started.drain(..) {
+            let reason = match due.get(&pod) {
+                Some((deadline, _)) if clock > *deadline => format!(
+                    "{reason} (held {:.1}s by pacing)",
+                    clock.since(*deadline).as_secs_f64()
+                ),
+                _ => reason,
+            };
+            evicted.insert(pod, (clock, reason));
+        }
+        let next = match (engine.next_deadline(), pacer.next_release()) {
+            (Some(a), Some(b)) => Some(a.min(b.max(clock))),
+            (a, b) => a.or(b.map(|b| b.max(clock))),
+        };
+        match next {
             Some(d) if horizon.is_none_or(|h| d <= h) => {
                 clock = clock.max(d);
                 engine.advance(clock, &mut out);
@@ -225,7 +284,26 @@ pub fn run(
                 pod,
                 node: node.into(),
                 evicted_at: Some(*at),
+                held: false,
                 reason: reason.clone(),
+            }
+        } else if let Some((deadline, reason)) = due.get(&pod) {
+            let why = match brake {
+                Some((tainted, nodes)) if pacer.braking() && !pacer.is_released(node) => format!(
+                    "held by the mass-eviction brake ({tainted} of {nodes} nodes NoExecute-tainted); release with the node annotation {}=true",
+                    crate::policy::RELEASE_ANNOTATION
+                ),
+                _ => "held by the rate limits past the horizon".to_string(),
+            };
+            Row {
+                pod,
+                node: node.into(),
+                evicted_at: None,
+                held: true,
+                reason: format!(
+                    "due {}: {reason}; {why}",
+                    crate::plan::relative(*deadline, now)
+                ),
             }
         } else {
             let verdict = noexecute_engine::toleration::verdict(
@@ -255,18 +333,27 @@ pub fn run(
                 pod,
                 node: node.into(),
                 evicted_at: None,
+                held: false,
                 reason,
             }
         };
         rows.push(row);
     }
     rows.sort_by(|a, b| {
-        (a.evicted_at.is_none(), a.evicted_at, &a.node, &a.pod).cmp(&(
-            b.evicted_at.is_none(),
-            b.evicted_at,
-            &b.node,
-            &b.pod,
-        ))
+        (
+            a.evicted_at.is_none(),
+            !a.held,
+            a.evicted_at,
+            &a.node,
+            &a.pod,
+        )
+            .cmp(&(
+                b.evicted_at.is_none(),
+                !b.held,
+                b.evicted_at,
+                &b.node,
+                &b.pod,
+            ))
     });
     let unaffected_nodes = state.nodes.len().saturating_sub(affected.len());
     Ok(Plan {
@@ -277,6 +364,7 @@ pub fn run(
         unaffected_nodes,
         source: state.source.clone(),
         horizon,
+        brake: brake.filter(|_| pacer.braking()),
     })
 }
 

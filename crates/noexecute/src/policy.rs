@@ -12,6 +12,13 @@
 //! staleCacheGuard: true            # on by default
 //! evictionMode: evict              # or: delete (upstream, the default)
 //! pdbTimeout: 10m
+//! maxEvictionsPerSecond: 5         # overall; unset: no limit (upstream)
+//! evictionBurst: 10
+//! maxNodeEvictionsPerSecond: 1     # on any one node
+//! nodeEvictionBurst: 5
+//! brakeThreshold: 50               # pause while more than 50% of nodes are NoExecute-tainted
+//! brakeMinNodes: 3                 # ... and at least 3 are
+//! releaseBrake: false
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +27,10 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use noexecute_engine::Config;
+use noexecute_engine::pace::{Brake, PaceConfig, Rate};
+
+/// The node annotation that releases a node's evictions while the brake holds.
+pub const RELEASE_ANNOTATION: &str = "noexecute.io/release-brake";
 use serde::Deserialize;
 
 use crate::scenario::Offset;
@@ -92,6 +103,30 @@ pub struct PolicyArgs {
     /// node (closes kubernetes/kubernetes#119862). On by default.
     #[arg(long, env = "NOEXECUTE_STALE_CACHE_GUARD", action = clap::ArgAction::Set)]
     pub stale_cache_guard: Option<bool>,
+    /// Start at most this many evictions per second overall (a token bucket; unset: no
+    /// limit, as upstream).
+    #[arg(long, env = "NOEXECUTE_MAX_EVICTIONS_PER_SECOND")]
+    pub max_evictions_per_second: Option<f64>,
+    /// Evictions that may start at once after a quiet spell (default: the rate, at least 1).
+    #[arg(long, env = "NOEXECUTE_EVICTION_BURST")]
+    pub eviction_burst: Option<u32>,
+    /// Start at most this many evictions per second on any one node.
+    #[arg(long, env = "NOEXECUTE_MAX_NODE_EVICTIONS_PER_SECOND")]
+    pub max_node_evictions_per_second: Option<f64>,
+    /// Per-node burst (default: the per-node rate, at least 1).
+    #[arg(long, env = "NOEXECUTE_NODE_EVICTION_BURST")]
+    pub node_eviction_burst: Option<u32>,
+    /// The mass-eviction brake: while more than this percentage of nodes carry NoExecute
+    /// taints, no eviction starts (unset: no brake).
+    #[arg(long, env = "NOEXECUTE_BRAKE_THRESHOLD", value_name = "PERCENT")]
+    pub brake_threshold: Option<f64>,
+    /// The brake only holds while at least this many nodes are tainted (default 1).
+    #[arg(long, env = "NOEXECUTE_BRAKE_MIN_NODES")]
+    pub brake_min_nodes: Option<usize>,
+    /// Let evictions go although the brake holds (it is still reported). To release single
+    /// nodes instead, annotate them `noexecute.io/release-brake=true`.
+    #[arg(long, env = "NOEXECUTE_RELEASE_BRAKE")]
+    pub release_brake: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -107,6 +142,13 @@ struct PolicyFile {
     stale_cache_guard: Option<bool>,
     eviction_mode: Option<EvictionMode>,
     pdb_timeout: Option<Offset>,
+    max_evictions_per_second: Option<f64>,
+    eviction_burst: Option<u32>,
+    max_node_evictions_per_second: Option<f64>,
+    node_eviction_burst: Option<u32>,
+    brake_threshold: Option<f64>,
+    brake_min_nodes: Option<usize>,
+    release_brake: Option<bool>,
 }
 
 /// The policies in force.
@@ -121,6 +163,10 @@ pub struct Policy {
     pub stale_cache_guard: bool,
     pub eviction_mode: EvictionMode,
     pub pdb_timeout: Option<Duration>,
+    /// Rate limits and the mass-eviction brake.
+    pub pace: PaceConfig,
+    /// The brake is reported but does not hold.
+    pub release_brake: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -176,8 +222,63 @@ impl PolicyArgs {
             pdb_timeout: self.pdb_timeout.or(file
                 .pdb_timeout
                 .map(|o| Duration::from_millis(o.0.unsigned_abs()))),
+            pace: PaceConfig {
+                rate: rate(
+                    "max-evictions-per-second (maxEvictionsPerSecond)",
+                    self.max_evictions_per_second
+                        .or(file.max_evictions_per_second),
+                    self.eviction_burst.or(file.eviction_burst),
+                )?,
+                node_rate: rate(
+                    "max-node-evictions-per-second (maxNodeEvictionsPerSecond)",
+                    self.max_node_evictions_per_second
+                        .or(file.max_node_evictions_per_second),
+                    self.node_eviction_burst.or(file.node_eviction_burst),
+                )?,
+                brake: match self.brake_threshold.or(file.brake_threshold) {
+                    None => None,
+                    Some(p) if (0.0..100.0).contains(&p) => Some(Brake {
+                        threshold_percent: p,
+                        min_tainted_nodes: self
+                            .brake_min_nodes
+                            .or(file.brake_min_nodes)
+                            .unwrap_or(1)
+                            .max(1),
+                    }),
+                    Some(p) => {
+                        return Err(PolicyError::Invalid(format!(
+                            "brake-threshold (brakeThreshold) must be a percentage from 0 up to (not including) 100, got {p}"
+                        )));
+                    }
+                },
+            },
+            release_brake: self.release_brake || file.release_brake.unwrap_or(false),
         })
     }
+}
+
+fn rate(
+    name: &str,
+    per_second: Option<f64>,
+    burst: Option<u32>,
+) -> Result<Option<Rate>, PolicyError> {
+    let Some(per_second) = per_second else {
+        return Ok(None);
+    };
+    if !(per_second.is_finite() && per_second > 0.0) {
+        return Err(PolicyError::Invalid(format!(
+            "{name} must be a positive number, got {per_second}"
+        )));
+    }
+    if burst == Some(0) {
+        return Err(PolicyError::Invalid(format!(
+            "the burst of {name} must be at least 1"
+        )));
+    }
+    Ok(Some(Rate {
+        per_second,
+        burst: burst.unwrap_or_else(|| per_second.ceil().clamp(1.0, f64::from(u32::MAX)) as u32),
+    }))
 }
 
 fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
@@ -247,6 +348,26 @@ impl Policy {
         }
         if !self.stale_cache_guard {
             parts.push("stale-cache-guard=false".into());
+        }
+        if let Some(r) = &self.pace.rate {
+            parts.push(format!(
+                "max-evictions-per-second={} (burst {})",
+                r.per_second, r.burst
+            ));
+        }
+        if let Some(r) = &self.pace.node_rate {
+            parts.push(format!(
+                "max-node-evictions-per-second={} (burst {})",
+                r.per_second, r.burst
+            ));
+        }
+        if let Some(b) = &self.pace.brake {
+            parts.push(format!(
+                "brake-threshold={}% (min {} nodes){}",
+                b.threshold_percent,
+                b.min_tainted_nodes,
+                if self.release_brake { ", released" } else { "" }
+            ));
         }
         if parts.is_empty() {
             "upstream".into()

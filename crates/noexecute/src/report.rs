@@ -150,16 +150,13 @@ pub fn plan_table(p: &Plan, w: &mut impl Write) -> io::Result<()> {
         .iter()
         .map(|r| {
             [
-                r.evicted_at
-                    .map_or_else(|| "never".into(), |t| plan::relative(t, p.now)),
+                r.evicted_at.map_or_else(
+                    || if r.held { "held" } else { "never" }.into(),
+                    |t| plan::relative(t, p.now),
+                ),
                 r.pod.clone(),
                 r.node.clone(),
-                if r.evicted_at.is_some() {
-                    "evict"
-                } else {
-                    "safe"
-                }
-                .into(),
+                r.decision().into(),
                 r.reason.clone(),
             ]
         })
@@ -176,19 +173,32 @@ pub fn plan_table(p: &Plan, w: &mut impl Write) -> io::Result<()> {
         .filter(|r| r.evicted_at == Some(p.now))
         .count();
     let last = evicted.iter().filter_map(|r| r.evicted_at).max();
+    let held = p.rows.iter().filter(|r| r.held).count();
     writeln!(w)?;
     writeln!(
         w,
-        "{} pod(s) would be evicted ({} at once{}); {} safe; {} pod(s) on {} node(s) without NoExecute taints are not affected.",
+        "{} pod(s) would be evicted ({} at once{}){}; {} safe; {} pod(s) on {} node(s) without NoExecute taints are not affected.",
         evicted.len(),
         at_once,
         last.filter(|l| *l > p.now)
             .map(|l| format!(", the last {}", plan::relative(l, p.now)))
             .unwrap_or_default(),
-        p.rows.len() - evicted.len(),
+        if held > 0 {
+            format!("; {held} held")
+        } else {
+            String::new()
+        },
+        p.rows.len() - evicted.len() - held,
         p.unaffected_pods,
         p.unaffected_nodes
-    )
+    )?;
+    if let Some((tainted, nodes)) = p.brake {
+        writeln!(
+            w,
+            "The mass-eviction brake would engage: {tainted} of {nodes} nodes NoExecute-tainted."
+        )?;
+    }
+    Ok(())
 }
 
 #[derive(Serialize)]
@@ -207,11 +217,7 @@ pub fn plan_json(p: &Plan, w: &mut impl Write) -> io::Result<()> {
         let line = PlanLine {
             pod: &r.pod,
             node: &r.node,
-            decision: if r.evicted_at.is_some() {
-                "evict"
-            } else {
-                "safe"
-            },
+            decision: r.decision(),
             at: r
                 .evicted_at
                 .map(|t| t.since(p.now).as_millis() as f64 / 1000.0),

@@ -220,6 +220,20 @@ pub struct NodeKey {
     pub name: String,
 }
 
+fn yes() -> bool {
+    true
+}
+
+/// `releaseBrake`: annotate a node `noexecute.io/release-brake=true` (or take the annotation
+/// off with `release: false`), so its evictions go while the mass-eviction brake holds.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReleaseBrake {
+    pub node: String,
+    #[serde(default = "yes")]
+    pub release: bool,
+}
+
 /// One entry of `events:` as written: `at` and exactly one action.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -241,6 +255,8 @@ struct RawEvent {
     add_node: Option<NodeSpec>,
     #[serde(default)]
     delete_node: Option<NodeKey>,
+    #[serde(default)]
+    release_brake: Option<ReleaseBrake>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -253,6 +269,7 @@ pub enum Change {
     DeletePod(PodKey),
     AddNode(NodeSpec),
     DeleteNode(NodeKey),
+    ReleaseBrake(ReleaseBrake),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -330,6 +347,7 @@ impl Scenario {
             take!(delete_pod, "deletePod", DeletePod);
             take!(add_node, "addNode", AddNode);
             take!(delete_node, "deleteNode", DeleteNode);
+            take!(release_brake, "releaseBrake", ReleaseBrake);
             if changes.len() != 1 {
                 let found = if names.is_empty() {
                     "none".to_string()
@@ -339,7 +357,7 @@ impl Scenario {
                 return Err(invalid(
                     format!("events[{i}]"),
                     format!(
-                        "needs exactly one of addTaint, removeTaint, setTaints, addPod, updatePod, deletePod, addNode, deleteNode; found {found}"
+                        "needs exactly one of addTaint, removeTaint, setTaints, addPod, updatePod, deletePod, addNode, deleteNode, releaseBrake; found {found}"
                     ),
                 ));
             }
@@ -439,6 +457,9 @@ impl Scenario {
                 Change::DeleteNode(n) => {
                     node_exists(&nodes, &n.name, "deleteNode.name")?;
                     nodes.remove(&n.name);
+                }
+                Change::ReleaseBrake(r) => {
+                    node_exists(&nodes, &r.node, "releaseBrake.node")?;
                 }
                 Change::AddPod(p) => {
                     check_pod(p, &format!("{field}.addPod"))?;

@@ -1,11 +1,15 @@
 //! `noexecute simulate`: the engine on a virtual clock over a scenario.
 //!
 //! The driver is the same as the live controller's: at each step it first fires every
-//! deadline due by then, then applies the scenario's change. The simulated executor succeeds
-//! at once, and an evicted pod leaves the simulation.
+//! deadline due by then, then applies the scenario's change. Due evictions pass through the
+//! same pacer (rate limits, mass-eviction brake) as in the live controller. The simulated
+//! executor succeeds at once, and an evicted pod leaves the simulation.
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
+use noexecute_engine::pace::{BrakeChange, Pacer};
 use noexecute_engine::toleration::add_default_tolerations;
 use noexecute_engine::{
     Action, Config, Engine, EvictionId, NodeObservation, Outcome, PodObservation, Report, Taint,
@@ -26,6 +30,12 @@ pub enum Kind {
     Skipped,
     /// A scenario change that had nothing to act on (e.g. updating an evicted pod).
     Ignored,
+    /// A due eviction held by the rate limits or the mass-eviction brake.
+    Held,
+    /// The mass-eviction brake engaged (no pod: `pod` is `-`).
+    BrakeEngaged,
+    /// The mass-eviction brake let go.
+    BrakeReleased,
 }
 
 impl Kind {
@@ -36,6 +46,9 @@ impl Kind {
             Kind::Evicted => "evicted",
             Kind::Skipped => "skipped",
             Kind::Ignored => "ignored",
+            Kind::Held => "held",
+            Kind::BrakeEngaged => "brake-engaged",
+            Kind::BrakeReleased => "brake-released",
         }
     }
 }
@@ -95,8 +108,19 @@ struct SimPod {
     excluded: bool,
 }
 
+/// A due eviction waiting in the pacer: what the timeline says when it starts.
+struct Due {
+    namespace: Arc<str>,
+    name: Arc<str>,
+    node: Option<String>,
+    eviction: EvictionId,
+    reason: String,
+    since: Time,
+}
+
 struct Sim {
     engine: Engine,
+    pacer: Pacer<Due>,
     now: Time,
     opts: Options,
     nodes: BTreeMap<String, Vec<Taint>>,
@@ -106,8 +130,11 @@ struct Sim {
 }
 
 pub fn run(scenario: &Scenario, opts: Options) -> Timeline {
+    let mut pacer = Pacer::new(opts.policy.pace);
+    pacer.set_release_all(opts.policy.release_brake);
     let mut sim = Sim {
         engine: Engine::new(opts.config.clone()),
+        pacer,
         now: Time::from_millis(0),
         nodes: BTreeMap::new(),
         pods: BTreeMap::new(),
@@ -149,8 +176,8 @@ pub fn run(scenario: &Scenario, opts: Options) -> Timeline {
     match until {
         Some(u) => sim.advance_to(u),
         None => {
-            while let Some(deadline) = sim.engine.next_deadline() {
-                sim.advance_to(deadline);
+            while let Some(next) = sim.next_step() {
+                sim.advance_to(next);
             }
         }
     }
@@ -163,17 +190,98 @@ fn short_key(key: &str) -> &str {
 }
 
 impl Sim {
+    /// The next instant the engine or the pacer has something to do.
+    fn next_step(&self) -> Option<Time> {
+        let engine = self.engine.next_deadline();
+        let pacer = self.pacer.next_release().map(|t| t.max(self.now));
+        match (engine, pacer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn advance_to(&mut self, t: Time) {
-        while let Some(deadline) = self.engine.next_deadline() {
-            if deadline > t {
+        while let Some(next) = self.next_step() {
+            if next > t {
                 break;
             }
-            self.now = self.now.max(deadline);
+            self.now = self.now.max(next);
             let mut out = Vec::new();
             self.engine.advance(self.now, &mut out);
             self.absorb(out);
         }
         self.now = self.now.max(t);
+    }
+
+    /// Update the brake and start the due evictions the pacer lets go.
+    fn pace(&mut self) {
+        let (nodes, tainted) = self.engine.node_counts();
+        if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
+            let threshold = self
+                .pacer
+                .config()
+                .brake
+                .map(|b| b.threshold_percent)
+                .unwrap_or_default();
+            let (kind, tainted, nodes, what) = match change {
+                BrakeChange::Engaged { tainted, nodes } => (
+                    Kind::BrakeEngaged,
+                    tainted,
+                    nodes,
+                    if self.opts.policy.release_brake {
+                        format!("more than the {threshold}% threshold; released by --release-brake")
+                    } else {
+                        format!("more than the {threshold}% threshold: evictions paused")
+                    },
+                ),
+                BrakeChange::Released { tainted, nodes } => (
+                    Kind::BrakeReleased,
+                    tainted,
+                    nodes,
+                    format!("within the {threshold}% threshold: evictions resume"),
+                ),
+            };
+            self.timeline.markers.push((
+                self.now,
+                if kind == Kind::BrakeEngaged {
+                    "brake engaged".into()
+                } else {
+                    "brake released".into()
+                },
+            ));
+            self.timeline.entries.push(Entry {
+                at: self.now,
+                kind,
+                pod: "-".into(),
+                node: None,
+                reason: format!(
+                    "{tainted} of {nodes} nodes NoExecute-tainted ({:.1}%), {what}",
+                    tainted as f64 * 100.0 / nodes.max(1) as f64
+                ),
+            });
+        }
+        let mut started = Vec::new();
+        self.pacer.release(self.now, &mut started);
+        for due in started {
+            let waited = self.now.since(due.since);
+            let reason = if waited.is_zero() {
+                due.reason
+            } else {
+                format!(
+                    "{} (held {:.1}s by pacing)",
+                    due.reason,
+                    waited.as_secs_f64()
+                )
+            };
+            self.timeline.entries.push(Entry {
+                at: self.now,
+                kind: Kind::Evicted,
+                pod: format!("{}/{}", due.namespace, due.name),
+                node: due.node,
+                reason,
+            });
+            self.evicted(due.namespace, due.name, due.eviction);
+        }
     }
 
     fn absorb(&mut self, actions: Vec<Action>) {
@@ -189,19 +297,42 @@ impl Sim {
                     },
                     cause.to_string(),
                 ),
-                Action::Cancel { reason, .. } => (Kind::Cancelled, reason.as_str().to_string()),
+                Action::Cancel {
+                    reason, eviction, ..
+                } => {
+                    self.pacer.cancel(*eviction);
+                    (Kind::Cancelled, reason.as_str().to_string())
+                }
                 Action::Evict {
                     cause,
                     eviction,
                     pod: pod_ref,
+                    deadline,
                     ..
                 } => {
                     let reason = match cause {
                         Some(c) => c.to_string(),
                         None => "scheduled earlier; the node no longer reports its taints".into(),
                     };
-                    self.evicted(pod_ref.namespace.clone(), pod_ref.name.clone(), *eviction);
-                    (Kind::Evicted, reason)
+                    // Evictions start through the pacer; one it holds is shown as held.
+                    self.pacer.offer(
+                        *eviction,
+                        pod_ref.node.clone(),
+                        *deadline,
+                        Due {
+                            namespace: pod_ref.namespace.clone(),
+                            name: pod_ref.name.clone(),
+                            node: node.clone(),
+                            eviction: *eviction,
+                            reason,
+                            since: self.now,
+                        },
+                    );
+                    self.pace();
+                    match self.held_reason(*eviction, node.as_deref()) {
+                        Some(why) => (Kind::Held, why),
+                        None => continue,
+                    }
                 }
                 Action::Skip { .. } => (Kind::Skipped, "pod is already terminating".into()),
             };
@@ -212,6 +343,22 @@ impl Sim {
                 node,
                 reason,
             });
+        }
+        self.pace();
+    }
+
+    /// Why a due eviction is still held, if it is.
+    fn held_reason(&self, id: EvictionId, node: Option<&str>) -> Option<String> {
+        if !self.pacer.holds(id) {
+            return None;
+        }
+        let (nodes, tainted) = self.pacer.node_counts();
+        if self.pacer.braking() && !node.is_some_and(|n| self.pacer.is_released(n)) {
+            Some(format!(
+                "mass-eviction brake: {tainted} of {nodes} nodes NoExecute-tainted"
+            ))
+        } else {
+            Some("rate limit".into())
         }
     }
 
@@ -356,6 +503,10 @@ impl Sim {
                 let mut out = Vec::new();
                 self.engine.delete_node(&n.name, self.now, &mut out);
                 self.absorb(out);
+            }
+            Change::ReleaseBrake(r) => {
+                self.pacer.set_node_released(&r.node, r.release);
+                self.pace();
             }
             Change::AddPod(p) => self.add_pod(p),
             Change::UpdatePod(u) => {

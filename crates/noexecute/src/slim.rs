@@ -46,11 +46,14 @@ pub fn node_resource() -> ApiResource {
 }
 
 /// Drop the metadata we never read (kube's advice for reflector memory): managed fields,
-/// annotations, owner references. Labels stay: node labels drive `plan`'s selectors and pod
-/// labels the exclusion policy.
+/// annotations (but the brake's release annotation), owner references. Labels stay: node
+/// labels drive `plan`'s selectors and pod labels the exclusion policy.
 pub fn trim_meta(meta: &mut kube::core::ObjectMeta) {
     meta.managed_fields = None;
-    meta.annotations = None;
+    meta.annotations = meta.annotations.take().and_then(|a| {
+        a.get(crate::policy::RELEASE_ANNOTATION)
+            .map(|v| [(crate::policy::RELEASE_ANNOTATION.to_string(), v.clone())].into())
+    });
     meta.owner_references = None;
 }
 

@@ -226,3 +226,47 @@ fn bad_input_fails_cleanly() {
     std::fs::write(&bad, "{\"items\": [").unwrap();
     fails(&["plan", "--snapshot", bad.to_str().unwrap()], ":1:");
 }
+
+#[test]
+fn the_plan_shows_the_brake_and_the_rate_limits() {
+    // Tainting zone a makes 3 of 4 nodes NoExecute-tainted: past a 50% brake, everything due
+    // is held; nothing is evicted.
+    let rows = plan_json(&[
+        "--taint-selector",
+        "topology.kubernetes.io/zone=a",
+        "node.kubernetes.io/unreachable:NoExecute",
+        "--brake-threshold",
+        "50",
+    ]);
+    let got = decisions(&rows);
+    for pod in ["batch-a-0", "batch-a-1", "web-a-0", "web-a-1", "web-b-1"] {
+        assert!(
+            got.contains(&(format!("default/{pod}"), "held".into(), None)),
+            "{pod}: {got:?}"
+        );
+    }
+    assert!(!got.iter().any(|r| r.1 == "evict"), "{got:?}");
+    let held = rows.iter().find(|r| r["decision"] == "held").unwrap();
+    assert!(
+        held["reason"]
+            .as_str()
+            .unwrap()
+            .contains("mass-eviction brake (3 of 4 nodes"),
+        "{held}"
+    );
+    // One tainted node of four stays under the brake: b-1's pods go at once.
+    let got = decisions(&plan_json(&["--brake-threshold", "50"]));
+    assert!(got.contains(&("default/web-b-1".into(), "evict".into(), Some(0.0))));
+
+    // 1 eviction a second: the four due now start 1 s apart, in deadline order.
+    let rows = plan_json(&[
+        "--taint-selector",
+        "topology.kubernetes.io/zone=a",
+        "node.kubernetes.io/unreachable:NoExecute",
+        "--max-evictions-per-second",
+        "1",
+    ]);
+    let mut at: Vec<f64> = decisions(&rows).iter().filter_map(|r| r.2).collect();
+    at.sort_by(f64::total_cmp);
+    assert_eq!(at, vec![0.0, 1.0, 2.0, 3.0, 300.0, 301.0]);
+}

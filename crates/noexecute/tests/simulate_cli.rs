@@ -270,3 +270,169 @@ fn policies_show_in_the_simulated_timeline() {
     ]));
     assert_eq!(got, vec![(1.0, "evicted".into(), "default/web".into())]);
 }
+
+fn owned(want: Vec<(f64, &str, &str)>) -> Vec<(f64, String, String)> {
+    want.into_iter()
+        .map(|(a, e, p)| (a, e.to_string(), p.to_string()))
+        .collect()
+}
+
+#[test]
+fn the_mass_eviction_brake_example_holds_releases_and_paces() {
+    let lines = json_lines(&[
+        "simulate",
+        "examples/mass-eviction-brake.yaml",
+        "-o",
+        "json",
+        "--brake-threshold",
+        "40",
+        "--max-evictions-per-second",
+        "1",
+        "--eviction-burst",
+        "2",
+    ]);
+    let got: Vec<(f64, String, String)> = events(&lines)
+        .into_iter()
+        .filter(|e| e.1 != "scheduled")
+        .collect();
+    assert_eq!(
+        got,
+        owned(vec![
+            (10.0, "evicted", "jobs/batch-0"),
+            (11.0, "evicted", "jobs/batch-1"),
+            (12.0, "evicted", "jobs/batch-2"),
+            (13.0, "evicted", "jobs/batch-3"),
+            (14.0, "brake-engaged", "-"),
+            (14.0, "held", "jobs/batch-4"),
+            (15.0, "held", "jobs/batch-5"),
+            (70.0, "held", "shop/web-0"),
+            (71.0, "held", "shop/web-1"),
+            (72.0, "held", "shop/web-2"),
+            (73.0, "held", "shop/web-3"),
+            (74.0, "held", "shop/web-4"),
+            (75.0, "held", "shop/web-5"),
+            // The release annotation on n0.
+            (100.0, "evicted", "shop/web-0"),
+            (200.0, "cancelled", "jobs/batch-5"),
+            (200.0, "cancelled", "shop/web-5"),
+            (200.0, "cancelled", "jobs/batch-4"),
+            (200.0, "cancelled", "shop/web-4"),
+            (200.0, "brake-released", "-"),
+            // The burst of 2, in deadline order; web-3 waits for a token and is cancelled.
+            (200.0, "evicted", "shop/web-1"),
+            (200.0, "evicted", "shop/web-2"),
+            (200.0, "cancelled", "shop/web-3"),
+        ])
+    );
+    let engaged = lines
+        .iter()
+        .find(|l| l["event"] == "brake-engaged")
+        .unwrap();
+    assert!(
+        engaged["reason"]
+            .as_str()
+            .unwrap()
+            .contains("5 of 10 nodes NoExecute-tainted (50.0%)"),
+        "{engaged}"
+    );
+
+    // --release-brake: the brake is still reported, but nothing is held.
+    let released = events(&json_lines(&[
+        "simulate",
+        "examples/mass-eviction-brake.yaml",
+        "-o",
+        "json",
+        "--brake-threshold",
+        "40",
+        "--release-brake",
+    ]));
+    assert!(released.iter().any(|e| e.1 == "brake-engaged"));
+    assert!(!released.iter().any(|e| e.1 == "held"), "{released:?}");
+    assert!(released.contains(&(14.0, "evicted".into(), "jobs/batch-4".into())));
+}
+
+#[test]
+fn rate_limits_space_the_evictions_out() {
+    // Zone a's ten 60 s pods fall due together at 120 s; at 2/s with a burst of 2 they
+    // start two at once, then one every half second.
+    let got: Vec<(f64, String, String)> = events(&json_lines(&[
+        "simulate",
+        "examples/zone-outage.yaml",
+        "-o",
+        "json",
+        "--max-evictions-per-second",
+        "2",
+        "--until",
+        "150s",
+    ]))
+    .into_iter()
+    .filter(|e| e.1 == "evicted")
+    .collect();
+    let times: Vec<f64> = got.iter().map(|e| e.0).collect();
+    assert_eq!(
+        times,
+        vec![
+            120.0, 120.0, 120.5, 121.0, 121.5, 122.0, 122.5, 123.0, 123.5, 124.0
+        ]
+    );
+    // At most 1 per node per 10 s: two due pods on one node start 10 s apart.
+    let dir = std::env::temp_dir().join(format!("noexecute-rate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("node.yaml");
+    std::fs::write(
+        &file,
+        "nodes: [{name: n}, {name: m}]\npods: [{name: a, nodeName: n}, {name: b, nodeName: n}, {name: c, nodeName: m}]\nevents: [{at: 1s, addTaint: {node: n, taint: {key: k, effect: NoExecute}}}, {at: 1s, addTaint: {node: m, taint: {key: k, effect: NoExecute}}}]\n",
+    )
+    .unwrap();
+    let got: Vec<(f64, String, String)> = events(&json_lines(&[
+        "simulate",
+        file.to_str().unwrap(),
+        "-o",
+        "json",
+        "--max-node-evictions-per-second",
+        "0.1",
+    ]))
+    .into_iter()
+    .filter(|e| e.1 == "evicted")
+    .collect();
+    assert_eq!(
+        got,
+        owned(vec![
+            (1.0, "evicted", "default/a"),
+            (1.0, "evicted", "default/c"),
+            (11.0, "evicted", "default/b"),
+        ])
+    );
+}
+
+#[test]
+fn bad_pacing_flags_are_named() {
+    for (args, expected) in [
+        (
+            vec!["--brake-threshold", "100"],
+            "brake-threshold (brakeThreshold) must be a percentage",
+        ),
+        (
+            vec!["--max-evictions-per-second", "0"],
+            "max-evictions-per-second (maxEvictionsPerSecond) must be a positive number",
+        ),
+        (
+            vec![
+                "--max-node-evictions-per-second",
+                "1",
+                "--node-eviction-burst",
+                "0",
+            ],
+            "burst of max-node-evictions-per-second",
+        ),
+        (vec!["--eviction-burst", "many"], "--eviction-burst"),
+    ] {
+        let mut all = vec!["simulate", "examples/zone-outage.yaml"];
+        all.extend(args.iter().copied());
+        let out = noexecute(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -7,14 +7,18 @@
 //!
 //! Evictions are only handed to the executor while this replica may act (caches synced and
 //! leading). Until then they are parked; the engine still runs, so a standby that takes over
-//! knows every deadline already.
+//! knows every deadline already. While it may act, due evictions pass through the pacer (the
+//! opt-in rate limits and mass-eviction brake), which decides when each may start.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::watcher;
+use noexecute_engine::action::UpstreamEvent;
+use noexecute_engine::pace::{BrakeChange, Pacer};
 use noexecute_engine::{Action, Engine, EvictionId, Report};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -59,7 +63,14 @@ pub struct Driver {
     pub leadership: Leadership,
     pub health: Arc<Health>,
     /// Evictions decided while this replica may not act, with their upstream event.
-    parked: HashMap<EvictionId, (Job, Option<noexecute_engine::action::UpstreamEvent>)>,
+    parked: HashMap<EvictionId, (Job, Option<UpstreamEvent>)>,
+    /// Due evictions waiting for the rate limits or the brake, with their upstream event
+    /// (recorded when the eviction starts).
+    pacer: Pacer<(Job, Option<UpstreamEvent>)>,
+    /// What the brake events are about (the Lease).
+    brake_object: ObjectReference,
+    /// The brake state last announced with an event.
+    brake_announced: bool,
     in_flight: HashSet<EvictionId>,
     nodes: Relist<String>,
     pods: Relist<(String, String)>,
@@ -84,7 +95,10 @@ impl Driver {
         metrics: Metrics,
         leadership: Leadership,
         health: Arc<Health>,
+        brake_object: ObjectReference,
     ) -> Driver {
+        let mut pacer = Pacer::new(policy.pace);
+        pacer.set_release_all(policy.release_brake);
         Driver {
             engine,
             policy,
@@ -95,6 +109,9 @@ impl Driver {
             leadership,
             health,
             parked: HashMap::new(),
+            pacer,
+            brake_object,
+            brake_announced: false,
             in_flight: HashSet::new(),
             nodes: Relist::default(),
             pods: Relist::default(),
@@ -125,10 +142,14 @@ impl Driver {
                 .heartbeat_ms
                 .store(now.as_millis(), Ordering::Relaxed);
             // Wake for the next deadline, and at least every few seconds for the heartbeat.
+            let pace_wake = self.pacer.next_release().filter(|_| self.may_act());
             let wake = self
                 .engine
                 .next_deadline()
-                .map(|d| self.clock.instant(d))
+                .into_iter()
+                .chain(pace_wake)
+                .min()
+                .map(|d| self.clock.instant(d.max(now)))
                 .unwrap_or_else(|| std::time::Instant::now() + Duration::from_secs(5))
                 .min(std::time::Instant::now() + Duration::from_secs(5));
             tokio::select! {
@@ -170,12 +191,17 @@ impl Driver {
             if self.may_act() && !self.parked.is_empty() {
                 self.release_parked();
             }
+            self.pace();
             self.health.synced.store(self.synced(), Ordering::Relaxed);
             self.metrics
                 .scheduled_evictions
                 .set(self.engine.queued_count() as i64);
+            self.metrics.paced_evictions.set(self.pacer.len() as i64);
             self.metrics.pending_evictions.set(
-                (self.engine.queued_count() + self.in_flight.len() + self.parked.len()) as i64,
+                (self.engine.queued_count()
+                    + self.in_flight.len()
+                    + self.parked.len()
+                    + self.pacer.len()) as i64,
             );
         }
     }
@@ -188,10 +214,18 @@ impl Driver {
                 let obs = convert::node(&node);
                 self.nodes.saw(obs.name.clone());
                 self.engine.upsert_node(&obs, now, out);
+                let release = node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(crate::policy::RELEASE_ANNOTATION))
+                    .is_some_and(|v| v == "true");
+                self.release_node(&obs.name, release);
             }
             watcher::Event::Delete(node) => {
                 let name = node.metadata.name.unwrap_or_default();
                 self.engine.delete_node(&name, now, out);
+                self.release_node(&name, false);
             }
             watcher::Event::InitDone => {
                 if self.nodes.done_once {
@@ -204,6 +238,7 @@ impl Driver {
                         .collect();
                     for name in gone {
                         self.engine.delete_node(&name, now, out);
+                        self.release_node(&name, false);
                     }
                 }
                 self.nodes.listing = false;
@@ -261,7 +296,11 @@ impl Driver {
                 }
                 e
             });
-            if may_act && let Some(event) = &event {
+            // An eviction's event is recorded when it starts (after pacing).
+            if may_act
+                && !matches!(action, Action::Evict { .. })
+                && let Some(event) = &event
+            {
                 self.events.record(action.pod(), event.clone());
             }
             match action {
@@ -280,6 +319,7 @@ impl Driver {
                     ..
                 } => {
                     self.parked.remove(&eviction);
+                    self.pacer.cancel(eviction);
                     self.executor.forget(eviction);
                     tracing::info!(pod = %pod, reason = reason.as_str(), "eviction cancelled");
                 }
@@ -308,11 +348,15 @@ impl Driver {
                         deadline,
                         immediate,
                     };
-                    if may_act {
+                    if !may_act {
+                        self.parked.insert(eviction, (job, event));
+                    } else if retry {
+                        // A retry already started once: pacing it again would only delay it.
                         self.in_flight.insert(eviction);
                         self.executor.submit(job);
                     } else {
-                        self.parked.insert(eviction, (job, event));
+                        let node = job.pod.node.clone();
+                        self.pacer.offer(eviction, node, deadline, (job, event));
                     }
                 }
                 Action::Skip { pod, .. } => {
@@ -323,19 +367,125 @@ impl Driver {
     }
 
     fn release_parked(&mut self) {
-        let mut parked: Vec<(Job, Option<noexecute_engine::action::UpstreamEvent>)> =
-            self.parked.drain().map(|(_, j)| j).collect();
-        parked.sort_by_key(|(job, _)| (job.deadline, job.eviction));
         tracing::info!(
-            count = parked.len(),
+            count = self.parked.len(),
             "acting on evictions decided while not leading"
         );
-        for (job, event) in parked {
+        for (eviction, (job, event)) in self.parked.drain() {
+            let (node, deadline) = (job.pod.node.clone(), job.deadline);
+            self.pacer.offer(eviction, node, deadline, (job, event));
+        }
+    }
+
+    /// A node's release annotation, as last seen.
+    fn release_node(&mut self, name: &str, release: bool) {
+        if self.pacer.config().brake.is_none() || self.pacer.is_released(name) == release {
+            return;
+        }
+        self.pacer.set_node_released(name, release);
+        if self.pacer.braking() {
+            tracing::warn!(
+                node = name,
+                annotation = crate::policy::RELEASE_ANNOTATION,
+                release,
+                "mass-eviction brake: node {}",
+                if release { "released" } else { "held again" }
+            );
+        }
+    }
+
+    /// Update the brake from the node counts and start what the pacer lets go.
+    fn pace(&mut self) {
+        let (nodes, tainted) = self.engine.node_counts();
+        if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
+            let threshold = self
+                .pacer
+                .config()
+                .brake
+                .map(|b| b.threshold_percent)
+                .unwrap_or_default();
+            match change {
+                BrakeChange::Engaged { tainted, nodes } => {
+                    self.metrics.brake_engagements.inc();
+                    tracing::warn!(
+                        tainted,
+                        nodes,
+                        threshold_percent = threshold,
+                        held = self.pacer.len(),
+                        released = self.policy.release_brake,
+                        "mass-eviction brake engaged: evictions paused"
+                    );
+                }
+                BrakeChange::Released { tainted, nodes } => {
+                    tracing::info!(
+                        tainted,
+                        nodes,
+                        threshold_percent = threshold,
+                        held = self.pacer.len(),
+                        "mass-eviction brake let go: evictions resume"
+                    );
+                }
+            }
+        }
+        let braking = self.pacer.braking();
+        self.metrics.brake_engaged.set(i64::from(braking));
+        if !self.may_act() {
+            return;
+        }
+        if braking != self.brake_announced {
+            self.brake_announced = braking;
+            self.events
+                .record_about(self.brake_object.clone(), self.brake_event(braking));
+        }
+        let mut started = Vec::new();
+        self.pacer.release(self.clock.now(), &mut started);
+        for (job, event) in started {
             if let Some(event) = event {
                 self.events.record(&job.pod, event);
             }
             self.in_flight.insert(job.eviction);
             self.executor.submit(job);
+        }
+    }
+
+    fn brake_event(&self, braking: bool) -> UpstreamEvent {
+        let (nodes, tainted) = self.pacer.node_counts();
+        let share = if nodes == 0 {
+            0.0
+        } else {
+            tainted as f64 * 100.0 / nodes as f64
+        };
+        let threshold = self
+            .pacer
+            .config()
+            .brake
+            .map(|b| b.threshold_percent)
+            .unwrap_or_default();
+        if braking {
+            let how = if self.policy.release_brake {
+                "released by --release-brake: evictions continue".to_string()
+            } else {
+                format!(
+                    "evictions are paused ({} held); release nodes with the annotation {}=true, or restart with --release-brake",
+                    self.pacer.len(),
+                    crate::policy::RELEASE_ANNOTATION
+                )
+            };
+            UpstreamEvent {
+                type_: "Warning",
+                reason: "EvictionBrakeEngaged",
+                message: format!(
+                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, more than the brake threshold of {threshold}%: {how}"
+                ),
+            }
+        } else {
+            UpstreamEvent {
+                type_: "Normal",
+                reason: "EvictionBrakeReleased",
+                message: format!(
+                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, within the brake threshold of {threshold}%: evictions resume"
+                ),
+            }
         }
     }
 }

@@ -28,7 +28,8 @@ const CORRELATION_WINDOW: Duration = Duration::from_secs(600);
 const CORRELATION_ENTRIES: usize = 16_384;
 
 struct Request {
-    pod: PodRef,
+    /// The object the event is about; its namespace is the event's.
+    object: ObjectReference,
     event: UpstreamEvent,
 }
 
@@ -41,10 +42,19 @@ pub struct EventSink {
 impl EventSink {
     /// Queue an event; never blocks the controller loop.
     pub fn record(&self, pod: &PodRef, event: UpstreamEvent) {
-        let request = Request {
-            pod: pod.clone(),
-            event,
+        let object = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.to_string()),
+            namespace: Some(pod.namespace.to_string()),
+            ..Default::default()
         };
+        self.record_about(object, event);
+    }
+
+    /// Queue an event about any object (it must have a namespace).
+    pub fn record_about(&self, object: ObjectReference, event: UpstreamEvent) {
+        let request = Request { object, event };
         if self.tx.try_send(request).is_err() {
             self.metrics.events_dropped.inc();
         }
@@ -119,13 +129,15 @@ impl Sender {
             self.seen
                 .retain(|_, s| now.duration_since(s.at) < CORRELATION_WINDOW);
         }
+        let namespace = r.object.namespace.clone().unwrap_or_default();
+        let object_name = r.object.name.clone().unwrap_or_default();
         let key = (
-            r.pod.namespace.to_string(),
-            r.pod.name.to_string(),
+            namespace.clone(),
+            object_name.clone(),
             r.event.reason.to_string(),
             r.event.message.clone(),
         );
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &r.pod.namespace);
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         self.limiter.acquire_background().await;
         let stamp = k8s_openapi::jiff::Timestamp::now();
         if let Some(seen) = self
@@ -150,22 +162,16 @@ impl Sender {
         }
         let name = format!(
             "{}.{:x}",
-            r.pod.name,
+            object_name,
             stamp.as_nanosecond() as u64 ^ (super::executor::random_fraction() * 65536.0) as u64
         );
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                namespace: Some(r.pod.namespace.to_string()),
+                namespace: Some(namespace),
                 ..Default::default()
             },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(r.pod.name.to_string()),
-                namespace: Some(r.pod.namespace.to_string()),
-                ..Default::default()
-            },
+            involved_object: r.object,
             reason: Some(r.event.reason.into()),
             message: Some(r.event.message.clone()),
             type_: Some(r.event.type_.into()),

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub stale_evictions_avoided: Counter,
     pub pdb_blocked: Counter,
     pub pdb_timeouts: Counter,
+    pub brake_engaged: Gauge,
+    pub brake_engagements: Counter,
+    pub paced_evictions: Gauge,
 }
 
 impl Metrics {
@@ -56,6 +59,9 @@ impl Metrics {
             stale_evictions_avoided: Counter::default(),
             pdb_blocked: Counter::default(),
             pdb_timeouts: Counter::default(),
+            brake_engaged: Gauge::default(),
+            brake_engagements: Counter::default(),
+            paced_evictions: Gauge::default(),
         };
         let upstream = registry.sub_registry_with_prefix("taint_eviction_controller");
         // The encoder appends `_total` to counters.
@@ -124,6 +130,21 @@ impl Metrics {
             "pdb_timeouts",
             "Evictions deleted after a PodDisruptionBudget blocked them past --pdb-timeout.",
             m.pdb_timeouts.clone(),
+        );
+        own.register(
+            "brake_engaged",
+            "1 while the mass-eviction brake holds (more than --brake-threshold of nodes NoExecute-tainted).",
+            m.brake_engaged.clone(),
+        );
+        own.register(
+            "brake_engagements",
+            "Times the mass-eviction brake engaged.",
+            m.brake_engagements.clone(),
+        );
+        own.register(
+            "paced_evictions",
+            "Due evictions held by the rate limits or the mass-eviction brake.",
+            m.paced_evictions.clone(),
         );
         m
     }

@@ -212,14 +212,25 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     ));
     let clock = clock::Clock::new();
 
+    let lease_namespace = args
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "kube-system".into());
+    // The brake's events are about the controller's Lease (there is no better object for a
+    // cluster-wide state; with leader election off it may not exist, which events allow).
+    let brake_object = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("coordination.k8s.io/v1".into()),
+        kind: Some("Lease".into()),
+        name: Some(args.leader_elect_name.clone()),
+        namespace: Some(lease_namespace.clone()),
+        ..Default::default()
+    };
+
     // Leadership.
     let (leadership, lease_task) = if args.leader_elect {
         let (leadership, writer) = lease::Leadership::new();
-        let namespace = args
-            .leader_elect_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "kube-system".into());
+        let namespace = lease_namespace;
         let cfg = lease::LeaseConfig {
             name: args.leader_elect_name.clone(),
             namespace,
@@ -302,6 +313,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics,
         leadership,
         health,
+        brake_object,
     );
 
     let signals = shutdown.clone();
