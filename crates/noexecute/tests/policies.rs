@@ -265,3 +265,197 @@ async fn eviction_mode_without_timeout_never_breaks_a_budget() -> Result<()> {
     assert_not_evicted_for(&ns.pods(), "held", Duration::from_secs(6)).await?;
     ns.cleanup().await
 }
+
+/// Events about the controller's Lease (the brake's events; the testkit puts the Lease in
+/// namespace `noexecute`), oldest first.
+async fn lease_events(ns: &TestNamespace, lease: &str) -> Result<Vec<(String, String)>> {
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(ns.client.clone(), "noexecute");
+    let lp = kube::api::ListParams::default().fields(&format!(
+        "involvedObject.name={lease},involvedObject.kind=Lease"
+    ));
+    let mut list = events.list(&lp).await?.items;
+    list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    Ok(list
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect())
+}
+
+#[tokio::test]
+async fn the_mass_eviction_brake_pauses_releases_by_annotation_and_lets_go() -> Result<()> {
+    let (plane, ns) = namespace("brake").await?;
+    let mut nodes = Vec::new();
+    for i in 0..4 {
+        let node = ns.create_node(&format!("n{i}"), vec![]).await?;
+        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], None))
+            .await?;
+        nodes.push(node);
+    }
+    let lease = format!("{}-lease", ns.name);
+    let c = controller(
+        plane,
+        &ns,
+        "c",
+        &["--brake-threshold", "50", "--leader-elect-name", &lease],
+    )
+    .await?;
+    let taint = || no_execute("example.com/outage", "");
+    // 1 and then 2 of 4 nodes (25%, 50%): not more than 50%, evictions go at once.
+    add_taint(&ns.nodes(), &nodes[0], taint()).await?;
+    wait_evicted(&ns.pods(), "p0", Duration::from_secs(3)).await?;
+    add_taint(&ns.nodes(), &nodes[1], taint()).await?;
+    wait_evicted(&ns.pods(), "p1", Duration::from_secs(3)).await?;
+    assert_eq!(c.metric("noexecute_brake_engaged").await?, Some(0.0));
+    // 3 of 4 (75%): the brake holds p2 for the whole window.
+    add_taint(&ns.nodes(), &nodes[2], taint()).await?;
+    assert_not_evicted_for(&ns.pods(), "p2", Duration::from_secs(3)).await?;
+    assert_eq!(c.metric("noexecute_brake_engaged").await?, Some(1.0));
+    assert_eq!(c.metric("noexecute_paced_evictions").await?, Some(1.0));
+    let engaged = eventually(Duration::from_secs(5), "the brake event", || async {
+        Ok(lease_events(&ns, &lease)
+            .await?
+            .into_iter()
+            .find(|(reason, _)| reason == "EvictionBrakeEngaged"))
+    })
+    .await?;
+    assert!(
+        engaged.1.contains("3 of 4 nodes (75.0%)") && engaged.1.contains("1 held"),
+        "{engaged:?}"
+    );
+    assert!(
+        c.log_text().contains("mass-eviction brake engaged"),
+        "the log line"
+    );
+    // An operator releases n2 alone.
+    let annotate =
+        serde_json::json!({"metadata": {"annotations": {"noexecute.io/release-brake": "true"}}});
+    ns.nodes()
+        .patch(&nodes[2], &PatchParams::default(), &Patch::Merge(&annotate))
+        .await?;
+    wait_evicted(&ns.pods(), "p2", Duration::from_secs(3)).await?;
+    // n3 is not released: held while the brake holds.
+    add_taint(&ns.nodes(), &nodes[3], taint()).await?;
+    assert_not_evicted_for(&ns.pods(), "p3", Duration::from_secs(3)).await?;
+    // n0 and n1 recover: 2 of 4 (50%): the brake lets go and p3 goes.
+    remove_taint(&ns.nodes(), &nodes[0], "example.com/outage").await?;
+    remove_taint(&ns.nodes(), &nodes[1], "example.com/outage").await?;
+    wait_evicted(&ns.pods(), "p3", Duration::from_secs(3)).await?;
+    assert_eq!(c.metric("noexecute_brake_engaged").await?, Some(0.0));
+    assert_eq!(
+        c.metric("noexecute_brake_engagements_total").await?,
+        Some(1.0)
+    );
+    eventually(Duration::from_secs(5), "the release event", || async {
+        Ok(lease_events(&ns, &lease)
+            .await?
+            .into_iter()
+            .find(|(reason, _)| reason == "EvictionBrakeReleased"))
+    })
+    .await?;
+    ns.cleanup().await
+}
+
+#[tokio::test]
+async fn rate_limits_space_evictions_overall_and_per_node() -> Result<()> {
+    let (plane, ns) = namespace("rate").await?;
+    // Overall: 6 pods due at once at 2/s with a burst of 1 start 0.5 s apart: ≥ 2.5 s in all.
+    let a = ns.create_node("a", vec![]).await?;
+    let b = ns.create_node("b", vec![]).await?;
+    let names: Vec<String> = (0..6).map(|i| format!("o{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let node = if i % 2 == 0 { &a } else { &b };
+        ns.create_pod(&pod(name, node, vec![], None)).await?;
+    }
+    let mut c = controller(
+        plane,
+        &ns,
+        "overall",
+        &["--max-evictions-per-second", "2", "--eviction-burst", "1"],
+    )
+    .await?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let watch = {
+        let pods = ns.pods();
+        let refs: Vec<String> = names.clone();
+        tokio::spawn(async move {
+            let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+            wait_all_evicted(&pods, &refs, Duration::from_secs(20)).await
+        })
+    };
+    add_taint(&ns.nodes(), &a, no_execute("example.com/t", "")).await?;
+    add_taint(&ns.nodes(), &b, no_execute("example.com/t", "")).await?;
+    let seen = watch.await??;
+    let mut times: Vec<std::time::Instant> = seen.values().copied().collect();
+    times.sort();
+    let span = times[times.len() - 1].duration_since(times[0]);
+    println!("6 evictions at 2/s took {span:?}");
+    assert!(
+        span >= Duration::from_millis(2300) && span <= Duration::from_secs(5),
+        "6 evictions at 2/s (burst 1) should span about 2.5 s, spanned {span:?}"
+    );
+    assert_eq!(refs.len(), seen.len());
+    c.terminate(Duration::from_secs(10)).await?;
+
+    // Per node: 3 pods on each of two nodes at 1/s per node: each node's evictions ≥ ~1 s
+    // apart, while the two nodes proceed side by side.
+    let c_node = ns.create_node("c", vec![]).await?;
+    let d_node = ns.create_node("d", vec![]).await?;
+    let mut per_node: Vec<(String, Vec<String>)> = Vec::new();
+    for node in [&c_node, &d_node] {
+        let mut mine = Vec::new();
+        for i in 0..3 {
+            let name = format!("{}-{i}", node.rsplit('-').next().unwrap_or("x"));
+            ns.create_pod(&pod(&name, node, vec![], None)).await?;
+            mine.push(name);
+        }
+        per_node.push((node.clone(), mine));
+    }
+    let _c = controller(
+        plane,
+        &ns,
+        "per-node",
+        &[
+            "--max-node-evictions-per-second",
+            "1",
+            "--node-eviction-burst",
+            "1",
+        ],
+    )
+    .await?;
+    let all: Vec<String> = per_node.iter().flat_map(|(_, p)| p.clone()).collect();
+    let watch = {
+        let pods = ns.pods();
+        let all = all.clone();
+        tokio::spawn(async move {
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            wait_all_evicted(&pods, &refs, Duration::from_secs(20)).await
+        })
+    };
+    add_taint(&ns.nodes(), &c_node, no_execute("example.com/t", "")).await?;
+    add_taint(&ns.nodes(), &d_node, no_execute("example.com/t", "")).await?;
+    let seen = watch.await??;
+    let mut firsts = Vec::new();
+    for (node, pods) in &per_node {
+        let mut times: Vec<std::time::Instant> = pods.iter().map(|p| seen[p]).collect();
+        times.sort();
+        for pair in times.windows(2) {
+            let gap = pair[1].duration_since(pair[0]);
+            assert!(
+                gap >= Duration::from_millis(800),
+                "evictions on {node} only {gap:?} apart at 1/s per node"
+            );
+        }
+        firsts.push(times[0]);
+    }
+    let apart = if firsts[0] > firsts[1] {
+        firsts[0].duration_since(firsts[1])
+    } else {
+        firsts[1].duration_since(firsts[0])
+    };
+    assert!(
+        apart < Duration::from_millis(800),
+        "the nodes' first evictions were {apart:?} apart: one node held up the other"
+    );
+    ns.cleanup().await
+}

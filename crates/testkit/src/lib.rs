@@ -480,6 +480,57 @@ pub async fn wait_evicted(pods: &Api<Pod>, name: &str, timeout: Duration) -> Res
     }
 }
 
+/// Watch every pod in `names` until all are evicted (gone, or `deletionTimestamp` set), for
+/// at most `timeout`; when each was first seen evicted.
+pub async fn wait_all_evicted(
+    pods: &Api<Pod>,
+    names: &[&str],
+    timeout: Duration,
+) -> Result<std::collections::BTreeMap<String, Instant>> {
+    let wanted: std::collections::BTreeSet<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut seen: std::collections::BTreeMap<String, Instant> = Default::default();
+    let mut present: std::collections::BTreeSet<String> = Default::default();
+    let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
+    let watch = async {
+        while let Some(event) = stream.try_next().await? {
+            let now = Instant::now();
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    present.insert(name.clone());
+                    if is_evicted(&p) && wanted.contains(&name) {
+                        seen.entry(name).or_insert(now);
+                    }
+                }
+                watcher::Event::Delete(p) => {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    if wanted.contains(&name) {
+                        seen.entry(name).or_insert(now);
+                    }
+                }
+                watcher::Event::InitDone => {
+                    // Already gone before the watch started.
+                    for name in wanted.iter().filter(|n| !present.contains(*n)) {
+                        seen.entry(name.clone()).or_insert(now);
+                    }
+                }
+                watcher::Event::Init => present.clear(),
+            }
+            if seen.len() == wanted.len() {
+                return Ok(());
+            }
+        }
+        Err(anyhow!("the pod watch ended"))
+    };
+    match tokio::time::timeout(timeout, watch).await {
+        Ok(result) => result.map(|_| seen),
+        Err(_) => {
+            let missing: Vec<&String> = wanted.iter().filter(|n| !seen.contains_key(*n)).collect();
+            bail!("pods {missing:?} were not evicted within {timeout:?}")
+        }
+    }
+}
+
 /// Watch `name` for the whole of `window` and fail if it is evicted at any point in it.
 pub async fn assert_not_evicted_for(pods: &Api<Pod>, name: &str, window: Duration) -> Result<()> {
     let started = Instant::now();
