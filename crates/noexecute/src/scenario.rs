@@ -1,6 +1,19 @@
 //! The scenario file of `noexecute simulate`: nodes, pods and timed events, with field names
 //! taken from Kubernetes objects so that taints and tolerations can be pasted from manifests.
 //!
+//! ```yaml
+//! until: 10m                    # optional; else run until nothing is pending
+//! nodes: [{name: n1, labels: {}, taints: []}]
+//! pods: [{name: p, namespace: default, labels: {}, nodeName: n1, tolerations: []}]
+//! events:                       # each has `at` and exactly one of:
+//!   - {at: 10s, addTaint: {node: n1, taint: {key: k, value: v, effect: NoExecute}}}
+//!   - {at: 20s, removeTaint: {node: n1, key: k, effect: NoExecute}}
+//!   - {at: 30s, setTaints: {node: n1, taints: []}}
+//!   - {at: 40s, addPod: {...}}   # updatePod (nodeName, tolerations), deletePod {name, namespace}
+//!   - {at: 50s, addNode: {name: n2}}   # deleteNode {name}
+//!   - {at: 60s, releaseBrake: {node: n1}}   # the noexecute.io/release-brake annotation
+//! ```
+//!
 //! Loading never panics: a malformed file gives a [`ScenarioError`] naming the file and the
 //! line and column (for syntax and type errors) or the offending field (for everything the
 //! format allows but the semantics do not).
