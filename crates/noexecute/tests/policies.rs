@@ -459,3 +459,70 @@ async fn rate_limits_space_evictions_overall_and_per_node() -> Result<()> {
     );
     ns.cleanup().await
 }
+
+/// The stale-cache guard, driven directly: the executor is handed an immediate eviction that
+/// a stale cache would justify (the node's taint is already gone in the API), as happens in
+/// the race of kubernetes/kubernetes#119862. A live controller cannot be made to lose that
+/// race on demand, so the test plays the cache's part.
+#[tokio::test]
+async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify() -> Result<()> {
+    use noexecute::controller::{clock, executor, lease, metrics, ratelimit};
+    use noexecute_engine::{EvictionId, Outcome, PodRef, Time, Uid};
+    let (plane, ns) = namespace("stale-guard").await?;
+    let clean = ns.create_node("clean", vec![]).await?;
+    let tainted = ns
+        .create_node("tainted", vec![no_execute("example.com/t", "")])
+        .await?;
+    let mut refs = Vec::new();
+    for (name, node) in [("on-clean", &clean), ("on-tainted", &tainted)] {
+        let created = ns.create_pod(&pod(name, node, vec![], None)).await?;
+        refs.push(PodRef {
+            namespace: ns.name.as_str().into(),
+            name: name.into(),
+            uid: Uid::from(created.metadata.uid.as_deref().unwrap_or_default()),
+            node: Some(node.as_str().into()),
+        });
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::new(&mut registry);
+    let (leadership, _) = lease::Leadership::always();
+    let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let exec = executor::Executor::new(
+        plane.controller_client().await?,
+        std::sync::Arc::new(ratelimit::RateLimiter::new(50.0, 50)),
+        2,
+        leadership,
+        tx,
+        metrics.clone(),
+        clock::Clock::new(),
+        Duration::from_secs(10),
+        false,
+        true,
+        false,
+        noexecute::policy::EvictionMode::Delete,
+        None,
+    );
+    for (i, pod) in refs.into_iter().enumerate() {
+        exec.submit(executor::Job {
+            pod,
+            eviction: EvictionId(i as u64 + 1),
+            deadline: Time::from_millis(0),
+            immediate: true,
+        });
+    }
+    let mut outcomes = std::collections::BTreeMap::new();
+    while outcomes.len() < 2 {
+        let report = tokio::time::timeout(Duration::from_secs(10), reports.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the executor stopped"))?;
+        outcomes.insert(report.name.to_string(), report.outcome);
+    }
+    // The pod on the still-tainted node goes; the other is dropped, not deleted.
+    assert_eq!(outcomes.get("on-tainted"), Some(&Outcome::Evicted));
+    assert_eq!(outcomes.get("on-clean"), Some(&Outcome::Gone));
+    wait_evicted(&ns.pods(), "on-tainted", Duration::from_secs(2)).await?;
+    assert_not_evicted_for(&ns.pods(), "on-clean", Duration::from_secs(2)).await?;
+    assert_eq!(metrics.stale_evictions_avoided.get(), 1);
+    exec.drain().await;
+    ns.cleanup().await
+}

@@ -174,7 +174,7 @@ impl Executor {
     }
 
     /// Queue an attempt; a worker carries it out and its report arrives on the reports
-    /// channel. Queued jobs cost a few hundred bytes each, not a task.; its report arrives on the reports channel.
+    /// channel. Queued jobs cost a few hundred bytes each, not a task.
     pub fn submit(&self, job: Job) {
         // Queued work is urgent: events wait until the backlog is gone.
         let hold = self.limiter.hold();
