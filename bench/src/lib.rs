@@ -57,6 +57,11 @@ pub struct Options {
     pub binary: PathBuf,
     /// How long to keep watching after the last expected eviction, for wrong ones.
     pub settle: Duration,
+    /// Spread the taints evenly over this long instead of all at once (so that the tolerating
+    /// pods fall due a few at a time and the QPS does not bind the lag).
+    pub taint_spread: Duration,
+    /// Extra flags for `noexecute run`.
+    pub noexecute_args: Vec<String>,
 }
 
 /// What a pod is expected to do.
@@ -83,7 +88,12 @@ pub struct Outcome {
     pub toleration_seconds: i64,
     pub qps: f64,
     pub burst: u32,
+    /// The taints were spread over this many seconds.
+    pub taint_spread_s: f64,
+    /// Extra flags noexecute ran with.
+    pub args: Vec<String>,
     /// Taint to the last untolerated pod evicted, in seconds.
+    /// (With spread taints: from the first taint.)
     pub makespan_s: f64,
     /// Eviction lag of the tolerating pods against their deadline (node tainted + S), ms.
     pub lag_p50_ms: f64,
@@ -276,18 +286,15 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
             Running::Upstream
         }
         Which::Noexecute => {
-            let mut c = Controller::start(
-                plane,
-                &opts.binary,
-                "bench",
-                &[
-                    "--leader-elect=false",
-                    "--kube-api-qps",
-                    &qps,
-                    "--kube-api-burst",
-                    &burst,
-                ],
-            )?;
+            let mut args = vec![
+                "--leader-elect=false",
+                "--kube-api-qps",
+                &qps,
+                "--kube-api-burst",
+                &burst,
+            ];
+            args.extend(opts.noexecute_args.iter().map(String::as_str));
+            let mut c = Controller::start(plane, &opts.binary, "bench", &args)?;
             c.wait_ready(Duration::from_secs(120)).await?;
             Running::Noexecute(Box::new(c))
         }
@@ -346,20 +353,29 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    eprintln!("[{which}] tainting {} nodes", opts.nodes);
+    eprintln!(
+        "[{which}] tainting {} nodes over {:?}",
+        opts.nodes, opts.taint_spread
+    );
     let nodes_api = ns.nodes();
     let started = Instant::now();
-    let tainted: Vec<(String, Instant)> = futures::stream::iter(node_names.clone())
-        .map(|n| {
-            let api = nodes_api.clone();
-            async move {
-                add_taint(&api, &n, no_execute(TAINT_KEY, "")).await?;
-                Ok::<_, anyhow::Error>((n, Instant::now()))
-            }
-        })
-        .buffer_unordered(50)
-        .try_collect()
-        .await?;
+    let step = opts.taint_spread.div_f64(opts.nodes.max(1) as f64);
+    let tainted: Vec<(String, Instant)> =
+        futures::stream::iter(node_names.clone().into_iter().enumerate())
+            .map(|(i, n)| {
+                let api = nodes_api.clone();
+                async move {
+                    if !step.is_zero() {
+                        tokio::time::sleep_until((started + step.mul_f64(i as f64)).into()).await;
+                    }
+                    add_taint(&api, &n, no_execute(TAINT_KEY, "")).await?;
+                    // The taint is in effect once the API server has it: take the time after.
+                    Ok::<_, anyhow::Error>((n, Instant::now()))
+                }
+            })
+            .buffer_unordered(50)
+            .try_collect()
+            .await?;
     let tainted: HashMap<String, Instant> = tainted.into_iter().collect();
 
     // Wait for every expected eviction (bounded by what the QPS allows, with room).
@@ -369,7 +385,10 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         .map(|(n, _)| n.clone())
         .collect();
     let budget = Duration::from_secs_f64(
-        opts.toleration_seconds as f64 + 60.0 + total as f64 * 6.0 / opts.qps,
+        opts.toleration_seconds as f64
+            + opts.taint_spread.as_secs_f64()
+            + 60.0
+            + total as f64 * 6.0 / opts.qps,
     );
     let mut peak = 0f64;
     let deadline = Instant::now() + budget;
@@ -448,6 +467,8 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         toleration_seconds: opts.toleration_seconds,
         qps: opts.qps,
         burst: opts.burst,
+        taint_spread_s: opts.taint_spread.as_secs_f64(),
+        args: opts.noexecute_args.clone(),
         makespan_s: makespan,
         lag_p50_ms: percentile(&lags, 50.0),
         lag_p99_ms: percentile(&lags, 99.0),
@@ -474,13 +495,23 @@ fn ratio(ours: f64, theirs: f64) -> String {
 /// The side-by-side Markdown table (noexecute / upstream ratios).
 pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
     let mut s = format!(
-        "{} nodes × {} pods ({} pods), S = {} s, QPS/burst {}/{}\n\n| metric | upstream | noexecute | noexecute / upstream |\n|---|---|---|---|\n",
+        "{} nodes × {} pods ({} pods), S = {} s, QPS/burst {}/{}{}{}\n\n| metric | upstream | noexecute | noexecute / upstream |\n|---|---|---|---|\n",
         ours.nodes,
         ours.pods / ours.nodes.max(1),
         ours.pods,
         ours.toleration_seconds,
         ours.qps,
-        ours.burst
+        ours.burst,
+        if ours.taint_spread_s > 0.0 {
+            format!(", taints spread over {} s", ours.taint_spread_s)
+        } else {
+            String::new()
+        },
+        if ours.args.is_empty() {
+            String::new()
+        } else {
+            format!(", noexecute {}", ours.args.join(" "))
+        }
     );
     let rows: [(&str, f64, f64, &str); 8] = [
         (
@@ -543,7 +574,11 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
         .chain(ours.requests.keys())
         .collect();
     for k in keys {
-        if !(k.contains("pods") || k.contains("events") || k.contains("leases")) {
+        if !(k.contains("pods")
+            || k.contains("events")
+            || k.contains("leases")
+            || k.contains("nodes"))
+        {
             continue;
         }
         let theirs = upstream.requests.get(k).copied().unwrap_or(0.0);

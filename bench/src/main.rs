@@ -33,6 +33,17 @@ struct Args {
     /// The noexecute binary (build it with --release first).
     #[arg(long, default_value = "target/release/noexecute")]
     binary: PathBuf,
+    /// Spread the taints evenly over this many seconds (0: all at once). With a spread, the
+    /// tolerating pods fall due a few at a time, so the lag shows the controller's own delay
+    /// rather than the QPS limit.
+    #[arg(long, default_value_t = 0.0)]
+    taint_spread: f64,
+    /// An extra flag for `noexecute run` (repeatable), e.g. --noexecute-arg=--stale-cache-guard=false.
+    #[arg(long = "noexecute-arg", allow_hyphen_values = true)]
+    noexecute_args: Vec<String>,
+    /// Run one controller only (for profiling); no comparison is printed.
+    #[arg(long, value_parser = ["upstream", "noexecute"])]
+    only: Option<String>,
     /// Write both outcomes and the table here as JSON.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -54,7 +65,19 @@ async fn main() -> Result<()> {
             )
         })?,
         settle: Duration::from_secs(args.settle),
+        taint_spread: Duration::from_secs_f64(args.taint_spread.max(0.0)),
+        noexecute_args: args.noexecute_args.clone(),
     };
+    if let Some(only) = &args.only {
+        let which = if only == "upstream" {
+            Which::Upstream
+        } else {
+            Which::Noexecute
+        };
+        let outcome = run(which, &opts).await?;
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+        return Ok(());
+    }
     let upstream = run(Which::Upstream, &opts).await?;
     let ours = run(Which::Noexecute, &opts).await?;
     let table = markdown(&upstream, &ours);

@@ -19,6 +19,8 @@ async fn both_controllers_evict_exactly_the_same_pods() -> anyhow::Result<()> {
         burst: 1000,
         binary: PathBuf::from(env!("CARGO_BIN_EXE_noexecute")),
         settle: Duration::from_secs(3),
+        taint_spread: Duration::ZERO,
+        noexecute_args: Vec::new(),
     };
     let upstream = run(Which::Upstream, &opts).await?;
     let ours = run(Which::Noexecute, &opts).await?;
