@@ -72,6 +72,8 @@ pub struct Driver {
     /// The brake state last announced with an event.
     brake_announced: bool,
     in_flight: HashSet<EvictionId>,
+    /// The actions being dispatched follow a pod event (not a node event or a deadline).
+    pod_triggered: bool,
     nodes: Relist<String>,
     pods: Relist<(String, String)>,
 }
@@ -113,6 +115,7 @@ impl Driver {
             brake_object,
             brake_announced: false,
             in_flight: HashSet::new(),
+            pod_triggered: false,
             nodes: Relist::default(),
             pods: Relist::default(),
         }
@@ -174,6 +177,7 @@ impl Driver {
                     Some(event) => {
                         self.engine.advance(self.clock.now(), &mut out);
                         self.pod_event(event, &mut out);
+                        self.pod_triggered = true;
                     }
                     None => return Stop::WatchesEnded,
                 },
@@ -188,6 +192,7 @@ impl Driver {
                 }
             }
             self.dispatch(&mut out);
+            self.pod_triggered = false;
             if self.may_act() && !self.parked.is_empty() {
                 self.release_parked();
             }
@@ -334,14 +339,20 @@ impl Driver {
                         let cause = cause.as_ref().map(|c| c.to_string()).unwrap_or_default();
                         tracing::info!(pod = %pod, node = ?pod.node, %cause, "evicting");
                     }
-                    let immediate = matches!(
-                        cause.as_ref().map(|c| c.verdict),
-                        Some(noexecute_engine::Verdict::Untolerated { .. })
-                            | Some(noexecute_engine::Verdict::Tolerated {
-                                time: noexecute_engine::TolerationTime::Immediate,
-                                ..
-                            })
-                    );
+                    // The stale-cache guard is for decisions a pod event triggered: a pod
+                    // bound to a node whose untaint the node watch has not delivered yet
+                    // (kubernetes/kubernetes#119862). A decision a node event triggered is
+                    // as fresh as that event, and re-reading the node would only cost requests
+                    // (one per node in a mass taint).
+                    let immediate = self.pod_triggered
+                        && matches!(
+                            cause.as_ref().map(|c| c.verdict),
+                            Some(noexecute_engine::Verdict::Untolerated { .. })
+                                | Some(noexecute_engine::Verdict::Tolerated {
+                                    time: noexecute_engine::TolerationTime::Immediate,
+                                    ..
+                                })
+                        );
                     let job = Job {
                         pod,
                         eviction,

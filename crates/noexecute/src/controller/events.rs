@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
 
-const QUEUE: usize = 4096;
+/// client-go's broadcaster queue (`maxQueuedEvents`): beyond it, events are dropped.
+const QUEUE: usize = 1000;
 const CORRELATION_WINDOW: Duration = Duration::from_secs(600);
 const CORRELATION_ENTRIES: usize = 16_384;
 

@@ -75,8 +75,8 @@ pub struct Job {
     pub pod: PodRef,
     pub eviction: EvictionId,
     pub deadline: Time,
-    /// Decided because a taint is not tolerated (or tolerated for 0 s): the stale-cache guard
-    /// applies.
+    /// Decided at once (a taint not tolerated, or tolerated for 0 s) on a pod event: the
+    /// stale-cache guard applies.
     pub immediate: bool,
 }
 
