@@ -291,10 +291,21 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
 
 fn run_command(args: crate::controller::RunArgs) -> Result<ExitCode> {
     crate::controller::init_logging(args.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    // One thread by default: the work is I/O-bound and one engine loop owns every decision;
+    // a second worker thread mostly added wake-ups between threads (docs/benchmarks.md).
+    let runtime = match args.worker_threads {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        0 => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    }
+    .context("starting the async runtime")?;
     let code = runtime.block_on(crate::controller::run(args))?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

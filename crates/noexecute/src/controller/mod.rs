@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// request rate; this only has to cover the API server's latency.
     #[arg(long, env = "NOEXECUTE_CONCURRENCY", default_value_t = 64)]
     pub concurrency: usize,
+    /// Threads of the async runtime: 1 (the default) runs everything on one thread, 0 uses
+    /// one per core.
+    #[arg(long, env = "NOEXECUTE_WORKER_THREADS", default_value_t = 1)]
+    pub worker_threads: usize,
     /// Manage only the nodes matching this label selector (e.g. one node pool per
     /// controller). Pods on other nodes are never evicted by this instance.
     #[arg(long, env = "NOEXECUTE_NODE_SELECTOR")]
