@@ -99,7 +99,13 @@ pub struct PodView<'a> {
     pub phase: Phase,
     pub terminating: bool,
     pub excluded: bool,
+    /// The last `metadata.generation` observed.
+    pub generation: i64,
     pub eviction: Option<EvictionView>,
+}
+
+fn generation32(g: i64) -> u32 {
+    u32::try_from(g.max(0)).unwrap_or(u32::MAX)
 }
 
 type PodId = u32;
@@ -128,6 +134,8 @@ struct Pod {
     phase: Phase,
     terminating: bool,
     excluded: bool,
+    /// `metadata.generation`, saturated to 32 bits (it only counts spec changes).
+    generation: u32,
     eviction: Option<Eviction>,
 }
 
@@ -303,6 +311,7 @@ impl Engine {
         let policy_changed = pod.excluded != obs.excluded
             || (skip_terminal && pod.phase.is_terminal() != obs.phase.is_terminal());
         pod.phase = obs.phase;
+        pod.generation = generation32(obs.generation);
         // A deletion timestamp is never taken back: an observation without one is older than
         // our own delete, or than the one we saw.
         pod.terminating |= obs.terminating;
@@ -584,6 +593,7 @@ impl Engine {
             phase: pod.phase,
             terminating: pod.terminating,
             excluded: pod.excluded,
+            generation: i64::from(pod.generation),
             eviction: pod.eviction.map(|e| EvictionView {
                 id: EvictionId(e.id),
                 created_at: e.created_at,
@@ -742,6 +752,7 @@ impl Engine {
             phase: obs.phase,
             terminating: obs.terminating,
             excluded: obs.excluded,
+            generation: generation32(obs.generation),
             eviction: None,
         };
         let id = self.pods.insert(pod);

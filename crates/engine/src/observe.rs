@@ -125,6 +125,9 @@ pub struct PodObservation {
     pub terminating: bool,
     /// A policy outside the engine (namespace or label exclusions) says never to evict it.
     pub excluded: bool,
+    /// `metadata.generation` (0 when unknown): the executor writes it as the condition's
+    /// `observedGeneration`, as upstream does.
+    pub generation: i64,
 }
 
 impl PodObservation {
@@ -138,6 +141,7 @@ impl PodObservation {
             phase: Phase::Running,
             terminating: false,
             excluded: false,
+            generation: 0,
         }
     }
 

@@ -60,5 +60,6 @@ pub fn pod(pod: &SlimPod) -> PodObservation {
             .map_or(Phase::Pending, Phase::parse),
         terminating: is_terminating(meta),
         excluded: false,
+        generation: meta.generation.unwrap_or(0),
     }
 }

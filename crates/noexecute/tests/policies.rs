@@ -508,6 +508,7 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
             eviction: EvictionId(i as u64 + 1),
             deadline: Time::from_millis(0),
             immediate: true,
+            generation: 0,
         });
     }
     let mut outcomes = std::collections::BTreeMap::new();

@@ -51,6 +51,9 @@ async fn upstream_evicts_an_untolerating_pod_with_the_disruption_condition_and_a
     let condition = condition(&last, "DisruptionTarget").expect("DisruptionTarget condition");
     assert_eq!(condition.status, "True");
     assert_eq!(condition.reason.as_deref(), Some("DeletionByTaintManager"));
+    // observedGeneration is the pod's generation when the condition was written (1: the
+    // graceful delete that follows bumps it to 2).
+    assert_eq!(condition.observed_generation, Some(1), "observedGeneration");
     assert_eq!(
         condition.message.as_deref(),
         Some("Taint manager: deleting due to NoExecute taint")

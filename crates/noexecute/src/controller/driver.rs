@@ -353,11 +353,16 @@ impl Driver {
                                     ..
                                 })
                         );
+                    let generation = self
+                        .engine
+                        .pod_view(&pod.namespace, &pod.name)
+                        .map_or(0, |v| v.generation);
                     let job = Job {
                         pod,
                         eviction,
                         deadline,
                         immediate,
+                        generation,
                     };
                     if !may_act {
                         self.parked.insert(eviction, (job, event));

@@ -1,12 +1,21 @@
 //! The executor: carries out `Evict` actions against the API server and reports the outcome
 //! back to the engine. It never decides *whether* to evict, only how the attempt went.
 //!
-//! One attempt is upstream's sequence, made safe:
+//! The first attempt of an eviction takes two requests:
+//! 1. Add the `DisruptionTarget` condition (reason `DeletionByTaintManager`, `observedGeneration`
+//!    from the watch) with a status patch that carries the UID as a precondition. Its answer is
+//!    the live pod: gone, another UID, or already terminating, and the eviction is over
+//!    (`Gone`); a terminating pod never gets a second delete.
+//! 2. DELETE with preconditions on the UID *and* the resource version the patch returned, with
+//!    the pod's own grace period. If anything changed the pod in between, the DELETE is refused
+//!    and the attempt is retried the careful way.
+//!
+//! A retry (and every attempt in dry-run, Eviction-API or stale-cache-guard mode) is upstream's
+//! three-request sequence, made safe:
 //! 1. GET the pod (live, not from a cache). Gone, another UID, or already terminating: the
-//!    eviction is over (`Gone`); a terminating pod never gets a second delete.
-//! 2. Add the `DisruptionTarget` condition (reason `DeletionByTaintManager`) with a status patch
-//!    that carries the UID as a precondition, unless an identical condition is there.
-//! 3. DELETE with a UID precondition, with the pod's own grace period.
+//!    eviction is over (`Gone`).
+//! 2. Add the condition as above, unless an identical one is there.
+//! 3. DELETE with a UID precondition.
 //!
 //! Failures are retried with exponential backoff and jitter, for as long as the engine keeps
 //! the eviction pending. kube's built-in retries are off (see `run.rs`), so every attempt is
@@ -78,6 +87,8 @@ pub struct Job {
     /// Decided at once (a taint not tolerated, or tolerated for 0 s) on a pod event: the
     /// stale-cache guard applies.
     pub immediate: bool,
+    /// The pod's `metadata.generation` as last watched (the condition's `observedGeneration`).
+    pub generation: i64,
 }
 
 /// The stale-cache guard: fresh node reads, shared for a second by the pods of one node.
@@ -320,6 +331,18 @@ impl Executor {
         );
         let name: &str = &job.pod.name;
         let uid = job.pod.uid.to_string();
+        let first = self
+            .failures
+            .lock()
+            .map(|f| !f.contains_key(&job.eviction))
+            .unwrap_or(false);
+        if first
+            && !self.dry_run
+            && self.mode == crate::policy::EvictionMode::Delete
+            && !(job.immediate && self.guard.is_some())
+        {
+            return self.patch_then_delete(&api, job, &uid).await;
+        }
         let pod = match self.call("get", api.get(name)).await {
             Ok(p) => p,
             Err(CallError::Status(404, _)) => return Attempt::Gone("pod not found"),
@@ -390,6 +413,53 @@ impl Executor {
 }
 
 impl Executor {
+    /// The two-request first attempt: the condition patch's answer stands in for the GET, and
+    /// the DELETE is conditional on the pod not having changed since.
+    async fn patch_then_delete(&self, api: &Api<Pod>, job: &Job, uid: &str) -> Attempt {
+        let name: &str = &job.pod.name;
+        let patch = condition_patch(uid, Some(job.generation));
+        let patched = match self
+            .call(
+                "patch",
+                api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await
+        {
+            Ok(p) => p,
+            Err(CallError::Status(404, _)) => return Attempt::Gone("pod not found"),
+            Err(CallError::Status(409, m)) if m.contains("UID") || m.contains("uid") => {
+                return Attempt::Gone("pod was replaced (UID precondition)");
+            }
+            Err(e) => return Attempt::Failed(format!("patch status: {e}")),
+        };
+        if patched.metadata.uid.as_deref() != Some(uid) {
+            return Attempt::Gone("pod was replaced (another UID)");
+        }
+        if patched.metadata.deletion_timestamp.is_some() {
+            return Attempt::Gone("pod is already terminating");
+        }
+        if !self.leadership.is_leading() {
+            return Attempt::Failed("not the leader".into());
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: patched.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.call("delete", api.delete(name, &params)).await {
+            Ok(_) => Attempt::Evicted,
+            Err(CallError::Status(404, _)) => Attempt::Gone("pod not found"),
+            // Replaced, or changed since the patch (perhaps being deleted by someone else):
+            // the retry reads it first.
+            Err(CallError::Status(409, m)) => {
+                Attempt::Failed(format!("the pod changed after the condition patch: {m}"))
+            }
+            Err(e) => Attempt::Failed(format!("delete: {e}")),
+        }
+    }
+
     /// An Eviction (policy/v1), so PodDisruptionBudgets apply. `None` means: blocked by a
     /// budget for longer than --pdb-timeout, delete instead. The Eviction API sets its own
     /// DisruptionTarget condition (reason EvictionByEvictionAPI), so ours is not patched.
