@@ -419,4 +419,63 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("unknown field `dryrun`"), "{err}");
     }
+
+    #[test]
+    fn pacing_comes_from_the_file_and_the_flags() {
+        let dir = std::env::temp_dir().join(format!("noexecute-pace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let file = dir.join("p.yaml");
+        std::fs::write(
+            &file,
+            "maxEvictionsPerSecond: 2.5\nmaxNodeEvictionsPerSecond: 0.1\nnodeEvictionBurst: 3\nbrakeThreshold: 40\nbrakeMinNodes: 5\nreleaseBrake: true\n",
+        )
+        .unwrap_or_default();
+        let args = PolicyArgs {
+            config: Some(file.clone()),
+            eviction_burst: Some(7),
+            ..PolicyArgs::default()
+        };
+        let p = args.resolve().unwrap_or_default();
+        assert_eq!(
+            p.pace.rate,
+            Some(Rate {
+                per_second: 2.5,
+                burst: 7
+            })
+        );
+        assert_eq!(
+            p.pace.node_rate,
+            Some(Rate {
+                per_second: 0.1,
+                burst: 3
+            })
+        );
+        assert_eq!(
+            p.pace.brake,
+            Some(Brake {
+                threshold_percent: 40.0,
+                min_tainted_nodes: 5
+            })
+        );
+        assert!(p.release_brake);
+        assert!(
+            p.describe()
+                .contains("brake-threshold=40% (min 5 nodes), released")
+        );
+        // Without a burst, the rate rounded up (at least 1).
+        let p = PolicyArgs {
+            max_evictions_per_second: Some(0.2),
+            ..PolicyArgs::default()
+        }
+        .resolve()
+        .unwrap_or_default();
+        assert_eq!(p.pace.rate.map(|r| r.burst), Some(1));
+        std::fs::write(&file, "brakeThreshold: 150\n").unwrap_or_default();
+        let err = args
+            .resolve()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("brakeThreshold"), "{err}");
+    }
 }
