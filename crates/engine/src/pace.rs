@@ -188,6 +188,21 @@ impl<T> Pacer<T> {
         self.counts
     }
 
+    /// The share of nodes with `NoExecute` taints, in percent, from the last counts.
+    pub fn tainted_percent(&self) -> f64 {
+        let (nodes, tainted) = self.counts;
+        if nodes == 0 {
+            0.0
+        } else {
+            tainted as f64 * 100.0 / nodes as f64
+        }
+    }
+
+    /// The brake's threshold in percent (0 without a brake).
+    pub fn brake_threshold(&self) -> f64 {
+        self.config.brake.map_or(0.0, |b| b.threshold_percent)
+    }
+
     fn node_released(&self, key: &Key) -> bool {
         if self.release_all {
             return true;

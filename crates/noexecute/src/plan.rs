@@ -159,17 +159,12 @@ pub fn run(
     let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
     let mut skipped: BTreeSet<String> = BTreeSet::new();
 
-    let mut pacer: noexecute_engine::Pacer<(String, String)> =
-        noexecute_engine::Pacer::new(policy.pace);
+    // The pacer holds pod names; their deadlines and reasons are in `due`.
+    let mut pacer: noexecute_engine::Pacer<String> = noexecute_engine::Pacer::new(policy.pace);
     pacer.set_release_all(policy.release_brake);
     let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
     for n in &state.nodes {
-        let released = n
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(crate::policy::RELEASE_ANNOTATION))
-            .is_some_and(|v| v == "true");
+        let released = crate::policy::release_annotated(&n.metadata);
         let obs = convert::node(n);
         if released {
             pacer.set_node_released(&obs.name, true);
@@ -215,13 +210,8 @@ pub fn run(
                         || "scheduled earlier; the node no longer reports its taints".into(),
                         |c| c.to_string(),
                     );
-                    due.insert(pod.to_string(), (deadline, reason.clone()));
-                    pacer.offer(
-                        eviction,
-                        pod.node.clone(),
-                        deadline,
-                        (pod.to_string(), reason),
-                    );
+                    due.insert(pod.to_string(), (deadline, reason));
+                    pacer.offer(eviction, pod.node.clone(), deadline, pod.to_string());
                     let report = Report {
                         namespace: pod.namespace.clone(),
                         name: pod.name.clone(),
@@ -243,13 +233,17 @@ pub fn run(
             brake = Some((tainted, nodes));
         }
         pacer.release(clock, &mut started);
-        for (pod, reason) in started.drain(..) {
-            let reason = match due.get(&pod) {
-                Some((deadline, _)) if clock > *deadline => format!(
+        for pod in started.drain(..) {
+            let Some((deadline, reason)) = due.get(&pod) else {
+                continue;
+            };
+            let reason = if clock > *deadline {
+                format!(
                     "{reason} (held {:.1}s by pacing)",
                     clock.since(*deadline).as_secs_f64()
-                ),
-                _ => reason,
+                )
+            } else {
+                reason.clone()
             };
             evicted.insert(pod, (clock, reason));
         }

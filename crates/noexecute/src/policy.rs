@@ -31,6 +31,14 @@ use noexecute_engine::pace::{Brake, PaceConfig, Rate};
 
 /// The node annotation that releases a node's evictions while the brake holds.
 pub const RELEASE_ANNOTATION: &str = "noexecute.io/release-brake";
+
+/// Whether a node carries the release annotation (`noexecute.io/release-brake=true`).
+pub fn release_annotated(meta: &kube::core::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(RELEASE_ANNOTATION))
+        .is_some_and(|v| v == "true")
+}
 use serde::Deserialize;
 
 use crate::scenario::Offset;

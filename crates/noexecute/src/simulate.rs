@@ -217,12 +217,7 @@ impl Sim {
     fn pace(&mut self) {
         let (nodes, tainted) = self.engine.node_counts();
         if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
-            let threshold = self
-                .pacer
-                .config()
-                .brake
-                .map(|b| b.threshold_percent)
-                .unwrap_or_default();
+            let threshold = self.pacer.brake_threshold();
             let (kind, tainted, nodes, what) = match change {
                 BrakeChange::Engaged { tainted, nodes } => (
                     Kind::BrakeEngaged,
@@ -256,7 +251,7 @@ impl Sim {
                 node: None,
                 reason: format!(
                     "{tainted} of {nodes} nodes NoExecute-tainted ({:.1}%), {what}",
-                    tainted as f64 * 100.0 / nodes.max(1) as f64
+                    self.pacer.tainted_percent()
                 ),
             });
         }

@@ -219,12 +219,7 @@ impl Driver {
                 let obs = convert::node(&node);
                 self.nodes.saw(obs.name.clone());
                 self.engine.upsert_node(&obs, now, out);
-                let release = node
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(crate::policy::RELEASE_ANNOTATION))
-                    .is_some_and(|v| v == "true");
+                let release = crate::policy::release_annotated(&node.metadata);
                 self.release_node(&obs.name, release);
             }
             watcher::Event::Delete(node) => {
@@ -414,12 +409,7 @@ impl Driver {
     fn pace(&mut self) {
         let (nodes, tainted) = self.engine.node_counts();
         if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
-            let threshold = self
-                .pacer
-                .config()
-                .brake
-                .map(|b| b.threshold_percent)
-                .unwrap_or_default();
+            let threshold = self.pacer.brake_threshold();
             match change {
                 BrakeChange::Engaged { tainted, nodes } => {
                     self.metrics.brake_engagements.inc();
@@ -466,17 +456,8 @@ impl Driver {
 
     fn brake_event(&self, braking: bool) -> UpstreamEvent {
         let (nodes, tainted) = self.pacer.node_counts();
-        let share = if nodes == 0 {
-            0.0
-        } else {
-            tainted as f64 * 100.0 / nodes as f64
-        };
-        let threshold = self
-            .pacer
-            .config()
-            .brake
-            .map(|b| b.threshold_percent)
-            .unwrap_or_default();
+        let share = self.pacer.tainted_percent();
+        let threshold = self.pacer.brake_threshold();
         if braking {
             let how = if self.policy.release_brake {
                 "released by --release-brake: evictions continue".to_string()
