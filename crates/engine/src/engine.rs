@@ -358,7 +358,7 @@ impl Engine {
 
     /// The executor's report on an `Evict`. Reports for evictions that were cancelled or
     /// replaced since are ignored.
-    pub fn report(&mut self, report: &Report, _now: Time, _out: &mut Vec<Action>) {
+    pub fn report(&mut self, report: &Report, now: Time, out: &mut Vec<Action>) {
         let Some(id) = self.find_pod(&report.namespace, &report.name) else {
             return;
         };
@@ -376,6 +376,15 @@ impl Engine {
                 pod.terminating = true;
             }
             Outcome::Gone => pod.eviction = None,
+            Outcome::Stale => {
+                pod.eviction = None;
+                let immediate = self
+                    .current_cause(id)
+                    .is_none_or(|c| c.verdict.is_immediate());
+                if !immediate {
+                    self.evaluate(id, now, out);
+                }
+            }
             Outcome::Failed { retry_at } => {
                 eviction.stage = Stage::Retrying;
                 self.queue.schedule(id, retry_at);

@@ -35,6 +35,7 @@ pub mod engine;
 mod intern;
 pub mod observe;
 pub mod pace;
+pub mod pipeline;
 pub mod schedule;
 mod slab;
 pub mod taint;
@@ -46,6 +47,10 @@ pub use action::{Action, CancelReason, Cause, PodRef, SkipReason};
 pub use engine::{Config, Engine, EvictionView, Input, PodView, Stage};
 pub use observe::{EvictionId, NodeObservation, Outcome, Phase, PodObservation, Report, Uid};
 pub use pace::{BrakeChange, PaceConfig, Pacer};
+pub use pipeline::{
+    Attempt, AttemptId, AttemptReport, AttemptResult, Effect as PipelineEffect, Pipeline,
+    PipelineConfig,
+};
 pub use schedule::DeadlineQueue;
 pub use taint::{Effect, Taint};
 pub use time::Time;

@@ -164,6 +164,12 @@ pub enum Outcome {
     Evicted,
     /// The pod is gone, or its UID changed: nothing left to do.
     Gone,
+    /// A fresh read of the node no longer justified an immediate eviction (the stale-cache
+    /// guard): the eviction is dropped and the pod is decided again on the taints the engine
+    /// holds now. A delayed verdict is scheduled from now; an immediate one is left to the node
+    /// update the watch has yet to deliver (it re-decides every pod of the node), so a lagging
+    /// watch cannot turn the guard into a loop.
+    Stale,
     /// The attempt failed; try again at this time. The executor picks the time (backoff with
     /// jitter) so the engine stays deterministic.
     Failed { retry_at: Time },

@@ -124,6 +124,9 @@ pub struct Pacer<T> {
     /// Nodes out of tokens, by when they have one again.
     cooling: BTreeSet<(Time, Key)>,
     cooling_at: HashMap<Key, Time>,
+    /// Empty node queues whose bucket is not full yet, by when it will be: forgotten then, so
+    /// node churn cannot grow the map.
+    idle: BTreeSet<(Time, Key)>,
     overall: Option<Bucket>,
     braking: bool,
     released: HashSet<Arc<str>>,
@@ -140,6 +143,7 @@ impl<T> Pacer<T> {
             ready: BTreeSet::new(),
             cooling: BTreeSet::new(),
             cooling_at: HashMap::new(),
+            idle: BTreeSet::new(),
             overall: None,
             braking: false,
             released: HashSet::new(),
@@ -160,6 +164,11 @@ impl<T> Pacer<T> {
     /// Whether this eviction is held.
     pub fn holds(&self, eviction: EvictionId) -> bool {
         self.held.contains_key(&eviction)
+    }
+
+    /// Node queues kept (held evictions or a bucket still refilling).
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
     }
 
     /// Evictions held.
@@ -280,15 +289,26 @@ impl<T> Pacer<T> {
 
     /// A queue with nothing held and a full bucket carries no information: forget it.
     fn drop_queue_if_idle(&mut self, key: &Key) {
-        let idle = self.queues.get(key).is_some_and(|q| {
-            q.items.is_empty()
-                && match (&q.bucket, &self.config.node_rate) {
-                    (Some(b), Some(rate)) => b.tokens >= f64::from(rate.burst.max(1)),
-                    _ => true,
-                }
-        });
-        if idle && !self.cooling_at.contains_key(key) {
-            self.queues.remove(key);
+        let Some(queue) = self.queues.get(key) else {
+            return;
+        };
+        if !queue.items.is_empty() || self.cooling_at.contains_key(key) {
+            return;
+        }
+        match (&queue.bucket, &self.config.node_rate) {
+            (Some(b), Some(rate)) if b.tokens < f64::from(rate.burst.max(1)) => {
+                // Forget it once the bucket is full again.
+                let missing = f64::from(rate.burst.max(1)) - b.tokens;
+                let ms = (missing * 1000.0 / rate.per_second).ceil();
+                let full_at = Time::from_millis(
+                    b.at.as_millis()
+                        .saturating_add(ms.min(i64::MAX as f64) as i64),
+                );
+                self.idle.insert((full_at, key.clone()));
+            }
+            _ => {
+                self.queues.remove(key);
+            }
         }
     }
 
@@ -358,6 +378,30 @@ impl<T> Pacer<T> {
 
     /// Start every held eviction that may start at `now`, in order, appending payloads.
     pub fn release(&mut self, now: Time, out: &mut Vec<T>) {
+        // Empty queues whose bucket has refilled carry no information any more.
+        while let Some((at, key)) = self.idle.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.idle.pop_first();
+            // The queue may have been used again since this entry was made: only a queue
+            // that is still empty with a full bucket goes.
+            let full = |q: &NodeQueue| match (&q.bucket, &self.config.node_rate) {
+                (Some(b), Some(rate)) => {
+                    let mut b = *b;
+                    b.refill(rate, now);
+                    b.tokens >= f64::from(rate.burst.max(1))
+                }
+                _ => true,
+            };
+            let idle = self
+                .queues
+                .get(&key)
+                .is_some_and(|q| q.items.is_empty() && full(q));
+            if idle && !self.cooling_at.contains_key(&key) {
+                self.queues.remove(&key);
+            }
+        }
         // Nodes whose bucket refilled go back to the ready set.
         while let Some((at, key)) = self.cooling.first().cloned() {
             if at > now {

@@ -93,6 +93,13 @@ impl fmt::Display for Taint {
     }
 }
 
+/// Add `taint` as `kubectl taint` does: a taint with the same key and effect is replaced, any
+/// other is kept. The one copy of this rule for `simulate` and `plan`.
+pub fn add_or_replace(taints: &mut Vec<Taint>, taint: Taint) {
+    taints.retain(|old| !old.matches(&taint));
+    taints.push(taint);
+}
+
 /// The `NoExecute` subset of a taint list, in order (upstream `getNoExecuteTaints`).
 pub fn no_execute_taints<'a>(taints: impl IntoIterator<Item = &'a Taint>) -> Vec<Taint> {
     taints

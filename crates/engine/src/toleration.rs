@@ -235,6 +235,33 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// Whether this verdict evicts at once: a taint is not tolerated, or tolerated for 0 s.
+    /// The one place the shell's "evicts now?" questions are answered (the stale-cache guard
+    /// applies only to such evictions).
+    pub fn is_immediate(self) -> bool {
+        matches!(
+            self,
+            Verdict::Untolerated { .. }
+                | Verdict::Tolerated {
+                    time: TolerationTime::Immediate,
+                    ..
+                }
+        )
+    }
+}
+
+/// The index of the first toleration that tolerates `taint` (upstream's matching), if any.
+pub fn first_tolerating(
+    tolerations: &[Toleration],
+    taint: &Taint,
+    comparison_operators: bool,
+) -> Option<usize> {
+    tolerations
+        .iter()
+        .position(|t| t.tolerates(taint, comparison_operators))
+}
+
 /// The decision upstream makes in `processPodOnNode`, in one pass and without allocating:
 /// the same answer as [`matching_tolerations`] followed by [`min_toleration_time`].
 pub fn verdict(
@@ -245,10 +272,7 @@ pub fn verdict(
     let mut min: Option<(i64, usize, usize)> = None;
     let mut immediate: Option<(usize, usize)> = None;
     for (ti, taint) in taints.iter().enumerate() {
-        let Some(tol_index) = tolerations
-            .iter()
-            .position(|t| t.tolerates(taint, comparison_operators))
-        else {
+        let Some(tol_index) = first_tolerating(tolerations, taint, comparison_operators) else {
             return Verdict::Untolerated { taint: ti };
         };
         let Some(s) = tolerations[tol_index].toleration_seconds else {

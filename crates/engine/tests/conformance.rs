@@ -1,6 +1,6 @@
 //! Upstream's unit tests, case by case, as engine scenarios on a virtual clock.
 //!
-//! Test names carry the case ids of `shared/spec/upstream-behaviour.md` §19: `aNN_` for
+//! Test names carry the case ids of `docs/parity.md` §19: `aNN_` for
 //! `taint_eviction_test.go`, `bN_` for `timed_workers_test.go`, `cNN_` for the core/v1
 //! toleration and taint tests, `dNN_` for `FindMatchingUntoleratedTaint`. Upstream checks
 //! "not deleted" once, about 10 ms in; here every negative case is checked over the whole

@@ -387,7 +387,8 @@ impl Run {
                 p.eviction = None;
                 p.terminating = true;
             }
-            Outcome::Gone => p.eviction = None,
+            // This test's executor never reports `Stale` (tests/pipeline.rs covers it).
+            Outcome::Gone | Outcome::Stale => p.eviction = None,
             Outcome::Failed { retry_at } => {
                 e.due = Some(retry_at);
             }

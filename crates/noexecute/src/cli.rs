@@ -153,13 +153,8 @@ pub struct ExplainArgs {
     pub policy: crate::policy::PolicyArgs,
 }
 
-/// Wall-clock now, as an engine time (Unix milliseconds).
-pub fn wall_clock() -> noexecute_engine::Time {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    noexecute_engine::Time::from_millis(ms)
-}
+pub use crate::policy::EngineArgs;
+pub use crate::time::wall_clock;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -167,14 +162,6 @@ pub enum Output {
     Table,
     /// One JSON object per line.
     Json,
-}
-
-/// Switches of the engine shared by every subcommand that decides.
-#[derive(Debug, Args, Clone, Default)]
-pub struct EngineArgs {
-    /// Honour the Lt/Gt toleration operators (upstream's alpha TaintTolerationComparisonOperators gate).
-    #[arg(long, env = "NOEXECUTE_COMPARISON_OPERATORS")]
-    pub comparison_operators: bool,
 }
 
 #[derive(Debug, Args)]

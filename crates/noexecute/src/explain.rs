@@ -4,7 +4,8 @@
 
 use std::fmt::Write;
 
-use noexecute_engine::{Time, Toleration};
+use noexecute_engine::Time;
+use noexecute_engine::toleration::first_tolerating;
 
 use crate::convert;
 use crate::plan::{self, Hypothesis};
@@ -82,7 +83,7 @@ pub fn explain(
             .time_added
             .map(|t| format!(" (added {})", plan::timestamp(t)))
             .unwrap_or_default();
-        match tolerations.iter().position(|t| t.tolerates(taint, gate)) {
+        match first_tolerating(tolerations, taint, gate) {
             Some(i) => {
                 let _ = writeln!(
                     out,
@@ -103,7 +104,7 @@ pub fn explain(
     for (i, t) in tolerations.iter().enumerate() {
         let used: Vec<String> = no_execute
             .iter()
-            .filter(|taint| first_match(tolerations, taint, gate) == Some(i))
+            .filter(|taint| first_tolerating(tolerations, taint, gate) == Some(i))
             .map(|taint| taint.to_string())
             .collect();
         let note = if used.is_empty() {
@@ -139,12 +140,4 @@ pub fn explain(
         );
     }
     Ok(out)
-}
-
-fn first_match(
-    tolerations: &[Toleration],
-    taint: &noexecute_engine::Taint,
-    gate: bool,
-) -> Option<usize> {
-    tolerations.iter().position(|t| t.tolerates(taint, gate))
 }

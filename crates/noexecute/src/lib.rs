@@ -26,3 +26,4 @@ pub mod selector;
 pub mod simulate;
 pub mod slim;
 pub mod state;
+pub mod time;

@@ -8,8 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use noexecute_engine::toleration::TolerationTime;
-use noexecute_engine::{Action, Effect, Engine, Outcome, Report, Taint, Time, Verdict};
+use noexecute_engine::pipeline::{AttemptReport, AttemptResult, Watched};
+use noexecute_engine::taint::add_or_replace;
+use noexecute_engine::toleration::{TolerationTime, first_tolerating};
+use noexecute_engine::{Action, Effect, Pipeline, PipelineEffect, Taint, Time, Verdict};
 
 use crate::convert;
 pub use crate::selector::Selector;
@@ -154,111 +156,105 @@ pub fn run(
     // Existing taints are counted from timeAdded whatever the policy: it is the best estimate
     // of when the running controller started counting.
     config.deadline_from_time_added = true;
-    let mut engine = Engine::new(config.clone());
-    let mut out = Vec::new();
-    let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
-    let mut skipped: BTreeSet<String> = BTreeSet::new();
-
-    // The pacer holds pod names; their deadlines and reasons are in `due`.
-    let mut pacer: noexecute_engine::Pacer<String> = noexecute_engine::Pacer::new(policy.pace);
-    pacer.set_release_all(policy.release_brake);
+    let mut pipeline_config = policy.pipeline_config(comparison_operators, usize::MAX, 0);
+    pipeline_config.engine = config.clone();
+    // As the live controller: nothing starts before the whole state is known (so the brake
+    // sees every node), then this "replica" leads.
+    let mut pipeline = Pipeline::new(pipeline_config);
+    pipeline.listing_started(Watched::Nodes);
+    pipeline.listing_started(Watched::Pods);
     let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
+    let mut released: BTreeSet<String> = BTreeSet::new();
     for n in &state.nodes {
-        let released = crate::policy::release_annotated(&n.metadata);
         let obs = convert::node(n);
-        if released {
-            pacer.set_node_released(&obs.name, true);
+        if crate::policy::release_annotated(&n.metadata) {
+            released.insert(obs.name.clone());
         }
         nodes.insert(obs.name.clone(), obs.taints.clone());
-        engine.upsert_node(&obs, now, &mut out);
+        pipeline.upsert_node(&obs, released.contains(&obs.name), now);
     }
     for p in &state.pods {
         let mut obs = convert::pod(p);
         obs.excluded = policy.excludes(&obs.namespace, p.metadata.labels.as_ref());
-        engine.upsert_pod(obs, now, &mut out);
+        pipeline.upsert_pod(obs, now);
     }
     for (node, taints) in &added {
         let current = nodes.entry(node.clone()).or_default();
         for t in taints {
             let mut t = t.clone();
             t.time_added = Some(now);
-            // As `kubectl taint`: a taint with the same key and effect is replaced.
-            current.retain(|old| !old.matches(&t));
-            current.push(t);
+            add_or_replace(current, t);
         }
         let obs = noexecute_engine::NodeObservation {
             name: node.clone(),
             taints: current.clone(),
         };
-        engine.upsert_node(&obs, now, &mut out);
+        pipeline.upsert_node(&obs, released.contains(node), now);
     }
+    pipeline.listing_done(Watched::Nodes, now);
+    pipeline.listing_done(Watched::Pods, now);
+    pipeline.set_leading(true, now);
+    // The planned executor evicts at once; evicted pods stay (terminating) for the rows.
     let mut clock = now;
     let mut brake = None;
+    let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
+    let mut skipped: BTreeSet<String> = BTreeSet::new();
     let mut due: BTreeMap<String, (Time, String)> = BTreeMap::new();
-    let mut started = Vec::new();
     loop {
-        for action in out.drain(..) {
-            match action {
-                Action::Evict {
+        while let Some(effect) = pipeline.poll_effect() {
+            match effect {
+                PipelineEffect::Decided(Action::Evict {
                     pod,
-                    eviction,
                     cause,
                     deadline,
                     ..
-                } => {
+                }) => {
                     let reason = cause.map_or_else(
                         || "scheduled earlier; the node no longer reports its taints".into(),
                         |c| c.to_string(),
                     );
                     due.insert(pod.to_string(), (deadline, reason));
-                    pacer.offer(eviction, pod.node.clone(), deadline, pod.to_string());
-                    let report = Report {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
-                        eviction,
-                        outcome: Outcome::Evicted,
-                    };
-                    engine.report(&report, clock, &mut Vec::new());
                 }
-                Action::Skip { pod, .. } => {
+                PipelineEffect::Decided(Action::Skip { pod, .. }) => {
                     skipped.insert(pod.to_string());
                 }
-                Action::Schedule { .. } | Action::Cancel { .. } => {}
+                PipelineEffect::Brake(noexecute_engine::BrakeChange::Engaged {
+                    tainted,
+                    nodes,
+                }) => brake = Some((tainted, nodes)),
+                PipelineEffect::Start(attempt) => {
+                    let pod = attempt.pod.to_string();
+                    if let Some((deadline, reason)) = due.get(&pod) {
+                        let reason = if clock > *deadline {
+                            format!(
+                                "{reason} (held {:.1}s by pacing)",
+                                clock.since(*deadline).as_secs_f64()
+                            )
+                        } else {
+                            reason.clone()
+                        };
+                        evicted.insert(pod, (clock, reason));
+                    }
+                    pipeline.report(
+                        AttemptReport {
+                            attempt: attempt.id,
+                            result: AttemptResult::Evicted,
+                        },
+                        clock,
+                    );
+                }
+                _ => {}
             }
         }
-        let (node_count, tainted) = engine.node_counts();
-        if let Some(noexecute_engine::BrakeChange::Engaged { tainted, nodes }) =
-            pacer.set_node_counts(node_count, tainted)
-        {
-            brake = Some((tainted, nodes));
-        }
-        pacer.release(clock, &mut started);
-        for pod in started.drain(..) {
-            let Some((deadline, reason)) = due.get(&pod) else {
-                continue;
-            };
-            let reason = if clock > *deadline {
-                format!(
-                    "{reason} (held {:.1}s by pacing)",
-                    clock.since(*deadline).as_secs_f64()
-                )
-            } else {
-                reason.clone()
-            };
-            evicted.insert(pod, (clock, reason));
-        }
-        let next = match (engine.next_deadline(), pacer.next_release()) {
-            (Some(a), Some(b)) => Some(a.min(b.max(clock))),
-            (a, b) => a.or(b.map(|b| b.max(clock))),
-        };
-        match next {
+        match pipeline.next_wake().map(|d| d.max(clock)) {
             Some(d) if horizon.is_none_or(|h| d <= h) => {
-                clock = clock.max(d);
-                engine.advance(clock, &mut out);
+                clock = d;
+                pipeline.tick(clock);
             }
             _ => break,
         }
     }
+    let engine = pipeline.engine();
 
     let mut rows = Vec::new();
     let mut unaffected_pods = 0;
@@ -283,10 +279,12 @@ pub fn run(
             }
         } else if let Some((deadline, reason)) = due.get(&pod) {
             let why = match brake {
-                Some((tainted, nodes)) if pacer.braking() && !pacer.is_released(node) => format!(
-                    "held by the mass-eviction brake ({tainted} of {nodes} nodes NoExecute-tainted); release with the node annotation {}=true",
-                    crate::policy::RELEASE_ANNOTATION
-                ),
+                Some((tainted, nodes)) if pipeline.braking() && !pipeline.is_released(node) => {
+                    format!(
+                        "held by the mass-eviction brake ({tainted} of {nodes} nodes NoExecute-tainted); release with the node annotation {}=true",
+                        crate::policy::RELEASE_ANNOTATION
+                    )
+                }
                 _ => "held by the rate limits past the horizon".to_string(),
             };
             Row {
@@ -358,7 +356,7 @@ pub fn run(
         unaffected_nodes,
         source: state.source.clone(),
         horizon,
-        brake: brake.filter(|_| pacer.braking()),
+        brake: brake.filter(|_| pipeline.braking()),
     })
 }
 
@@ -371,7 +369,7 @@ fn forever_reason(
     let parts: Vec<String> = taints
         .iter()
         .map(
-            |taint| match tolerations.iter().find(|t| t.tolerates(taint, gate)) {
+            |taint| match first_tolerating(tolerations, taint, gate).map(|i| &tolerations[i]) {
                 Some(t) => format!("{taint} by \"{t}\""),
                 None => format!("{taint} (not tolerated)"),
             },

@@ -30,7 +30,7 @@ use noexecute_engine::Config;
 use noexecute_engine::pace::{Brake, PaceConfig, Rate};
 
 /// The node annotation that releases a node's evictions while the brake holds.
-pub const RELEASE_ANNOTATION: &str = "noexecute.io/release-brake";
+pub use noexecute_engine::pipeline::RELEASE_ANNOTATION;
 
 /// Whether a node carries the release annotation (`noexecute.io/release-brake=true`).
 pub fn release_annotated(meta: &kube::core::ObjectMeta) -> bool {
@@ -66,8 +66,14 @@ pub enum EvictionMode {
     Evict,
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    Offset::parse(s).map(|o| Duration::from_millis(o.0.unsigned_abs()))
+use crate::time::parse_duration as duration;
+
+/// Switches of the engine shared by every subcommand that decides.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EngineArgs {
+    /// Honour the Lt/Gt toleration operators (upstream's alpha TaintTolerationComparisonOperators gate).
+    #[arg(long, env = "NOEXECUTE_COMPARISON_OPERATORS")]
+    pub comparison_operators: bool,
 }
 
 /// Policy flags, shared by `run`, `simulate`, `plan` and `explain`.
@@ -311,6 +317,32 @@ impl Policy {
             skip_terminal_pods: self.skip_terminal_pods,
             deadline_from_time_added: self.deadline_from == DeadlineFrom::TaintTimeAdded,
             max_clock_skew_ms: self.max_clock_skew.as_millis().min(i64::MAX as u128) as i64,
+        }
+    }
+
+    /// The pipeline's configuration under this policy: the engine's, pacing, and how
+    /// attempts are made. `concurrency` is the executor's (`usize::MAX` for an executor that
+    /// answers at once, as in `simulate` and `plan`).
+    pub fn pipeline_config(
+        &self,
+        comparison_operators: bool,
+        concurrency: usize,
+        seed: u64,
+    ) -> noexecute_engine::PipelineConfig {
+        noexecute_engine::PipelineConfig {
+            engine: self.engine_config(comparison_operators),
+            pace: self.pace,
+            release_brake: self.release_brake,
+            concurrency,
+            mode: match self.eviction_mode {
+                EvictionMode::Delete => noexecute_engine::pipeline::EvictionMode::Delete,
+                EvictionMode::Evict => noexecute_engine::pipeline::EvictionMode::Evict,
+            },
+            pdb_timeout: self.pdb_timeout,
+            dry_run: self.dry_run,
+            stale_cache_guard: self.stale_cache_guard,
+            backoff: noexecute_engine::pipeline::Backoff::default(),
+            seed,
         }
     }
 

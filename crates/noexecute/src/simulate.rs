@@ -1,19 +1,18 @@
 //! `noexecute simulate`: the engine on a virtual clock over a scenario.
 //!
-//! The driver is the same as the live controller's: at each step it first fires every
-//! deadline due by then, then applies the scenario's change. Due evictions pass through the
-//! same pacer (rate limits, mass-eviction brake) as in the live controller. The simulated
-//! executor succeeds at once, and an evicted pod leaves the simulation.
+//! It drives the same [`Pipeline`] as the live controller: at each step the pipeline first
+//! fires every deadline due by then, then the scenario's change is applied. Due evictions pass
+//! through the same pacing (rate limits, mass-eviction brake). The simulated executor
+//! succeeds at once, and an evicted pod leaves the simulation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use std::sync::Arc;
-
-use noexecute_engine::pace::{BrakeChange, Pacer};
+use noexecute_engine::pace::BrakeChange;
+use noexecute_engine::pipeline::{Attempt, AttemptReport, AttemptResult, Effect, HeldBy};
+use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::add_default_tolerations;
 use noexecute_engine::{
-    Action, Config, Engine, EvictionId, NodeObservation, Outcome, PodObservation, Report, Taint,
-    Time, Toleration,
+    Action, Config, NodeObservation, Pipeline, PodObservation, Taint, Time, Toleration,
 };
 
 use crate::scenario::{self, Change, PodSpec, Scenario};
@@ -108,35 +107,26 @@ struct SimPod {
     excluded: bool,
 }
 
-/// A due eviction waiting in the pacer: what the timeline says when it starts.
-struct Due {
-    namespace: Arc<str>,
-    name: Arc<str>,
-    node: Option<String>,
-    eviction: EvictionId,
-    reason: String,
-    since: Time,
-}
-
 struct Sim {
-    engine: Engine,
-    pacer: Pacer<Due>,
+    pipeline: Pipeline,
     now: Time,
     opts: Options,
     nodes: BTreeMap<String, Vec<Taint>>,
+    /// Nodes released from the brake by a scenario event.
+    released: BTreeSet<String>,
     pods: BTreeMap<(String, String), SimPod>,
     uids: u64,
     timeline: Timeline,
 }
 
 pub fn run(scenario: &Scenario, opts: Options) -> Timeline {
-    let mut pacer = Pacer::new(opts.policy.pace);
-    pacer.set_release_all(opts.policy.release_brake);
+    let mut config = opts.policy.pipeline_config(false, usize::MAX, 0);
+    config.engine = opts.config.clone();
     let mut sim = Sim {
-        engine: Engine::new(opts.config.clone()),
-        pacer,
+        pipeline: Pipeline::acting(config),
         now: Time::from_millis(0),
         nodes: BTreeMap::new(),
+        released: BTreeSet::new(),
         pods: BTreeMap::new(),
         uids: 0,
         timeline: Timeline {
@@ -190,14 +180,9 @@ fn short_key(key: &str) -> &str {
 }
 
 impl Sim {
-    /// The next instant the engine or the pacer has something to do.
+    /// The next instant the pipeline has something to do.
     fn next_step(&self) -> Option<Time> {
-        let engine = self.engine.next_deadline();
-        let pacer = self.pacer.next_release().map(|t| t.max(self.now));
-        match (engine, pacer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.pipeline.next_wake().map(|t| t.max(self.now))
     }
 
     fn advance_to(&mut self, t: Time) {
@@ -206,130 +191,111 @@ impl Sim {
                 break;
             }
             self.now = self.now.max(next);
-            let mut out = Vec::new();
-            self.engine.advance(self.now, &mut out);
-            self.absorb(out);
+            self.pipeline.tick(self.now);
+            self.absorb();
         }
         self.now = self.now.max(t);
     }
 
-    /// Update the brake and start the due evictions the pacer lets go.
-    fn pace(&mut self) {
-        let (nodes, tainted) = self.engine.node_counts();
-        if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
-            let threshold = self.pacer.brake_threshold();
-            let (kind, tainted, nodes, what) = match change {
-                BrakeChange::Engaged { tainted, nodes } => (
-                    Kind::BrakeEngaged,
-                    tainted,
-                    nodes,
-                    if self.opts.policy.release_brake {
-                        format!("more than the {threshold}% threshold; released by --release-brake")
-                    } else {
-                        format!("more than the {threshold}% threshold: evictions paused")
-                    },
-                ),
-                BrakeChange::Released { tainted, nodes } => (
-                    Kind::BrakeReleased,
-                    tainted,
-                    nodes,
-                    format!("within the {threshold}% threshold: evictions resume"),
-                ),
-            };
-            self.timeline.markers.push((
-                self.now,
-                if kind == Kind::BrakeEngaged {
-                    "brake engaged".into()
+    fn brake_entry(&mut self, change: BrakeChange) {
+        let threshold = self.pipeline.brake_threshold();
+        let (kind, tainted, nodes, what) = match change {
+            BrakeChange::Engaged { tainted, nodes } => (
+                Kind::BrakeEngaged,
+                tainted,
+                nodes,
+                if self.opts.policy.release_brake {
+                    format!("more than the {threshold}% threshold; released by --release-brake")
                 } else {
-                    "brake released".into()
+                    format!("more than the {threshold}% threshold: evictions paused")
                 },
-            ));
-            self.timeline.entries.push(Entry {
-                at: self.now,
-                kind,
-                pod: "-".into(),
-                node: None,
-                reason: format!(
-                    "{tainted} of {nodes} nodes NoExecute-tainted ({:.1}%), {what}",
-                    self.pacer.tainted_percent()
-                ),
-            });
-        }
-        let mut started = Vec::new();
-        self.pacer.release(self.now, &mut started);
-        for due in started {
-            let waited = self.now.since(due.since);
-            let reason = if waited.is_zero() {
-                due.reason
+            ),
+            BrakeChange::Released { tainted, nodes } => (
+                Kind::BrakeReleased,
+                tainted,
+                nodes,
+                format!("within the {threshold}% threshold: evictions resume"),
+            ),
+        };
+        self.timeline.markers.push((
+            self.now,
+            if kind == Kind::BrakeEngaged {
+                "brake engaged".into()
             } else {
-                format!(
-                    "{} (held {:.1}s by pacing)",
-                    due.reason,
-                    waited.as_secs_f64()
-                )
-            };
-            self.timeline.entries.push(Entry {
-                at: self.now,
-                kind: Kind::Evicted,
-                pod: format!("{}/{}", due.namespace, due.name),
-                node: due.node,
-                reason,
-            });
-            self.evicted(due.namespace, due.name, due.eviction);
-        }
+                "brake released".into()
+            },
+        ));
+        let (_, _, share) = self.pipeline.brake_counts();
+        self.timeline.entries.push(Entry {
+            at: self.now,
+            kind,
+            pod: "-".into(),
+            node: None,
+            reason: format!("{tainted} of {nodes} nodes NoExecute-tainted ({share:.1}%), {what}"),
+        });
     }
 
-    fn absorb(&mut self, actions: Vec<Action>) {
-        for action in actions {
-            let pod = action.pod().to_string();
-            let node = action.pod().node.as_deref().map(str::to_string);
-            let (kind, reason) = match &action {
-                Action::Schedule {
-                    deadline, cause, ..
-                } => (
-                    Kind::Scheduled {
-                        deadline: *deadline,
-                    },
-                    cause.to_string(),
-                ),
-                Action::Cancel {
-                    reason, eviction, ..
-                } => {
-                    self.pacer.cancel(*eviction);
-                    (Kind::Cancelled, reason.as_str().to_string())
+    /// Turn the pipeline's effects into timeline entries. The simulated executor evicts at
+    /// once: the pod leaves the simulation.
+    fn absorb(&mut self) {
+        while let Some(effect) = self.pipeline.poll_effect() {
+            let (pod, node, kind, reason) = match effect {
+                Effect::Decided(action) => {
+                    let pod = action.pod().to_string();
+                    let node = action.pod().node.as_deref().map(str::to_string);
+                    match action {
+                        Action::Schedule {
+                            deadline, cause, ..
+                        } => (pod, node, Kind::Scheduled { deadline }, cause.to_string()),
+                        Action::Cancel { reason, .. } => {
+                            (pod, node, Kind::Cancelled, reason.as_str().to_string())
+                        }
+                        Action::Skip { .. } => (
+                            pod,
+                            node,
+                            Kind::Skipped,
+                            "pod is already terminating".to_string(),
+                        ),
+                        // Shown when it starts, or as held.
+                        Action::Evict { .. } => continue,
+                    }
                 }
-                Action::Evict {
-                    cause,
-                    eviction,
-                    pod: pod_ref,
-                    deadline,
-                    ..
-                } => {
-                    let reason = match cause {
+                Effect::Held { pod, by, .. } => {
+                    let reason = match by {
+                        HeldBy::Brake { tainted, nodes } => format!(
+                            "mass-eviction brake: {tainted} of {nodes} nodes NoExecute-tainted"
+                        ),
+                        HeldBy::RateLimit => "rate limit".into(),
+                    };
+                    let node = pod.node.as_deref().map(str::to_string);
+                    (pod.to_string(), node, Kind::Held, reason)
+                }
+                Effect::Start(attempt) => {
+                    let reason = match &attempt.cause {
                         Some(c) => c.to_string(),
                         None => "scheduled earlier; the node no longer reports its taints".into(),
                     };
-                    // Evictions start through the pacer; one it holds is shown as held.
-                    self.pacer.offer(
-                        *eviction,
-                        pod_ref.node.clone(),
-                        *deadline,
-                        Due {
-                            namespace: pod_ref.namespace.clone(),
-                            name: pod_ref.name.clone(),
-                            node: node.clone(),
-                            eviction: *eviction,
-                            reason,
-                            since: self.now,
-                        },
-                    );
-                    self.pace();
-                    match self.held_reason(*eviction, node.as_deref()) {
-                        Some(why) => (Kind::Held, why),
-                        None => continue,
-                    }
+                    let waited = self.now.since(attempt.due_at);
+                    let reason = if waited.is_zero() {
+                        reason
+                    } else {
+                        format!("{reason} (held {:.1}s by pacing)", waited.as_secs_f64())
+                    };
+                    let node = attempt.pod.node.as_deref().map(str::to_string);
+                    let pod = attempt.pod.to_string();
+                    self.evicted(&attempt);
+                    (pod, node, Kind::Evicted, reason)
                 }
-                Action::Skip { .. } => (Kind::Skipped, "pod is already terminating".into()),
+                Effect::Brake(change) => {
+                    self.brake_entry(change);
+                    continue;
+                }
+                Effect::Cancel(_)
+                | Effect::PodEvent { .. }
+                | Effect::ControllerEvent(_)
+                | Effect::NodeRelease { .. }
+                | Effect::Unparked { .. }
+                | Effect::Synced { .. } => continue,
             };
             self.timeline.entries.push(Entry {
                 at: self.now,
@@ -339,44 +305,20 @@ impl Sim {
                 reason,
             });
         }
-        self.pace();
     }
 
-    /// Why a due eviction is still held, if it is.
-    fn held_reason(&self, id: EvictionId, node: Option<&str>) -> Option<String> {
-        if !self.pacer.holds(id) {
-            return None;
-        }
-        let (nodes, tainted) = self.pacer.node_counts();
-        if self.pacer.braking() && !node.is_some_and(|n| self.pacer.is_released(n)) {
-            Some(format!(
-                "mass-eviction brake: {tainted} of {nodes} nodes NoExecute-tainted"
-            ))
-        } else {
-            Some("rate limit".into())
-        }
-    }
-
-    /// The simulated executor: every eviction succeeds at once and the pod is gone.
-    fn evicted(
-        &mut self,
-        namespace: std::sync::Arc<str>,
-        name: std::sync::Arc<str>,
-        id: EvictionId,
-    ) {
-        let report = Report {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            eviction: id,
-            outcome: Outcome::Evicted,
-        };
-        let mut out = Vec::new();
-        self.engine.report(&report, self.now, &mut out);
-        self.engine
-            .delete_pod(&namespace, &name, None, self.now, &mut out);
+    /// The simulated executor: the attempt succeeds at once and the pod is gone.
+    fn evicted(&mut self, attempt: &Attempt) {
+        self.pipeline.report(
+            AttemptReport {
+                attempt: attempt.id,
+                result: AttemptResult::Evicted,
+            },
+            self.now,
+        );
+        let (namespace, name) = (&attempt.pod.namespace, &attempt.pod.name);
+        self.pipeline.delete_pod(namespace, name, None, self.now);
         self.pods.remove(&(namespace.to_string(), name.to_string()));
-        // Neither call produces actions for a pod whose eviction just completed.
-        debug_assert!(out.is_empty());
     }
 
     fn set_node(&mut self, name: &str, taints: Vec<Taint>) {
@@ -385,9 +327,9 @@ impl Sim {
             taints: taints.clone(),
         };
         self.nodes.insert(name.to_string(), taints);
-        let mut out = Vec::new();
-        self.engine.upsert_node(&obs, self.now, &mut out);
-        self.absorb(out);
+        let released = self.released.contains(name);
+        self.pipeline.upsert_node(&obs, released, self.now);
+        self.absorb();
     }
 
     fn tolerations(&self, specs: &[scenario::TolerationSpec]) -> Vec<Toleration> {
@@ -419,9 +361,8 @@ impl Sim {
         let mut obs = PodObservation::new(namespace, name, &pod.uid, pod.node.as_deref())
             .with_tolerations(pod.tolerations.clone());
         obs.excluded = pod.excluded;
-        let mut out = Vec::new();
-        self.engine.upsert_pod(obs, self.now, &mut out);
-        self.absorb(out);
+        self.pipeline.upsert_pod(obs, self.now);
+        self.absorb();
     }
 
     fn ignored(&mut self, pod: String, reason: &str) {
@@ -461,10 +402,7 @@ impl Sim {
         match change {
             Change::AddTaint(t) => {
                 let mut taints = self.nodes.get(&t.node).cloned().unwrap_or_default();
-                let new = scenario::taint(&t.taint, self.now);
-                // Like `kubectl taint`: a taint with the same key and effect is replaced.
-                taints.retain(|old| !old.matches(&new));
-                taints.push(new);
+                add_or_replace(&mut taints, scenario::taint(&t.taint, self.now));
                 self.set_node(&t.node, taints);
             }
             Change::RemoveTaint(r) => {
@@ -495,13 +433,18 @@ impl Sim {
             }
             Change::DeleteNode(n) => {
                 self.nodes.remove(&n.name);
-                let mut out = Vec::new();
-                self.engine.delete_node(&n.name, self.now, &mut out);
-                self.absorb(out);
+                self.released.remove(&n.name);
+                self.pipeline.delete_node(&n.name, self.now);
+                self.absorb();
             }
             Change::ReleaseBrake(r) => {
-                self.pacer.set_node_released(&r.node, r.release);
-                self.pace();
+                if r.release {
+                    self.released.insert(r.node.clone());
+                } else {
+                    self.released.remove(&r.node);
+                }
+                let taints = self.nodes.get(&r.node).cloned().unwrap_or_default();
+                self.set_node(&r.node, taints);
             }
             Change::AddPod(p) => self.add_pod(p),
             Change::UpdatePod(u) => {
@@ -534,10 +477,9 @@ impl Sim {
                     );
                     return;
                 }
-                let mut out = Vec::new();
-                self.engine
-                    .delete_pod(&k.namespace, &k.name, None, self.now, &mut out);
-                self.absorb(out);
+                self.pipeline
+                    .delete_pod(&k.namespace, &k.name, None, self.now);
+                self.absorb();
             }
         }
     }
@@ -545,7 +487,8 @@ impl Sim {
     fn finish(mut self) -> Timeline {
         self.timeline.end = self.now;
         let mut pending: Vec<(String, Option<String>, Time)> = self
-            .engine
+            .pipeline
+            .engine()
             .pending()
             .map(|v| {
                 let deadline = v.eviction.map_or(self.now, |e| e.deadline);

@@ -467,7 +467,8 @@ async fn rate_limits_space_evictions_overall_and_per_node() -> Result<()> {
 #[tokio::test]
 async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify() -> Result<()> {
     use noexecute::controller::{clock, executor, lease, metrics, ratelimit};
-    use noexecute_engine::{EvictionId, Outcome, PodRef, Time, Uid};
+    use noexecute_engine::pipeline::{Attempt, AttemptId, AttemptResult, Finish};
+    use noexecute_engine::{EvictionId, PodRef, Time, Uid};
     let (plane, ns) = namespace("stale-guard").await?;
     let clean = ns.create_node("clean", vec![]).await?;
     let tainted = ns
@@ -490,37 +491,49 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
     let exec = executor::Executor::new(
         plane.controller_client().await?,
         std::sync::Arc::new(ratelimit::RateLimiter::new(50.0, 50)),
-        2,
         leadership,
         tx,
         metrics.clone(),
         clock::Clock::new(),
-        Duration::from_secs(10),
-        false,
-        true,
-        false,
-        noexecute::policy::EvictionMode::Delete,
-        None,
+        executor::ExecutorConfig {
+            request_timeout: Duration::from_secs(10),
+            comparison_operators: false,
+            node_read_ttl: Duration::from_secs(1),
+        },
     );
+    let mut names = std::collections::BTreeMap::new();
     for (i, pod) in refs.into_iter().enumerate() {
-        exec.submit(executor::Job {
+        let id = AttemptId(i as u64 + 1);
+        names.insert(id, pod.name.to_string());
+        let attempt = Attempt {
+            id,
             pod,
             eviction: EvictionId(i as u64 + 1),
             deadline: Time::from_millis(0),
-            immediate: true,
+            due_at: Time::from_millis(0),
             generation: 0,
-        });
+            cause: None,
+            first: true,
+            two_requests: false,
+            guard: true,
+            finish: Finish::Delete,
+            fallback: false,
+        };
+        exec.start(attempt, tokio_util::sync::CancellationToken::new());
     }
     let mut outcomes = std::collections::BTreeMap::new();
     while outcomes.len() < 2 {
         let report = tokio::time::timeout(Duration::from_secs(10), reports.recv())
             .await?
             .ok_or_else(|| anyhow::anyhow!("the executor stopped"))?;
-        outcomes.insert(report.name.to_string(), report.outcome);
+        let name = names
+            .get(&report.attempt)
+            .ok_or_else(|| anyhow::anyhow!("a report for an attempt never started"))?;
+        outcomes.insert(name.clone(), report.result);
     }
     // The pod on the still-tainted node goes; the other is dropped, not deleted.
-    assert_eq!(outcomes.get("on-tainted"), Some(&Outcome::Evicted));
-    assert_eq!(outcomes.get("on-clean"), Some(&Outcome::Gone));
+    assert_eq!(outcomes.get("on-tainted"), Some(&AttemptResult::Evicted));
+    assert_eq!(outcomes.get("on-clean"), Some(&AttemptResult::Stale));
     wait_evicted(&ns.pods(), "on-tainted", Duration::from_secs(2)).await?;
     assert_not_evicted_for(&ns.pods(), "on-clean", Duration::from_secs(2)).await?;
     assert_eq!(metrics.stale_evictions_avoided.get(), 1);

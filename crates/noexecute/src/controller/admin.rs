@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -14,19 +15,52 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 /// Health as the probes see it. Written by the controller, read by the server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     /// Both watches have completed their initial list.
     pub synced: AtomicBool,
     /// Leader election is off, or the lease loop is running (leading or standing by).
     pub electing: AtomicBool,
-    /// Wall-clock milliseconds of the controller loop's last turn.
-    pub heartbeat_ms: AtomicI64,
+    /// The monotonic origin of `heartbeat_ms`: both sides of the liveness comparison read the
+    /// same clock, so a wall-clock jump neither fails the probe nor hides a stall.
+    origin: Instant,
+    /// Milliseconds after `origin` of the controller loop's last turn (0: none yet).
+    heartbeat_ms: AtomicI64,
 }
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            synced: AtomicBool::new(false),
+            electing: AtomicBool::new(false),
+            origin: Instant::now(),
+            heartbeat_ms: AtomicI64::new(0),
+        }
+    }
+}
+
+/// The loop wakes at least every few seconds; a minute without a turn means it is stuck.
+pub const STALL: Duration = Duration::from_secs(60);
 
 impl Health {
     pub fn ready(&self) -> bool {
         self.synced.load(Ordering::Relaxed) && self.electing.load(Ordering::Relaxed)
+    }
+
+    /// The controller loop turned (at `at`, a monotonic instant).
+    pub fn beat(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.origin).as_millis() as i64;
+        self.heartbeat_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether the loop has not turned for longer than `limit`, as of `now`.
+    pub fn stalled(&self, now: Instant, limit: Duration) -> bool {
+        let last = self.heartbeat_ms.load(Ordering::Relaxed);
+        if last == 0 {
+            return false;
+        }
+        let now = now.saturating_duration_since(self.origin).as_millis() as i64;
+        now - last > limit.as_millis() as i64
     }
 }
 
@@ -36,13 +70,10 @@ struct AdminState {
 }
 
 async fn healthz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
-    // The loop wakes at least every few seconds; a minute without a turn means it is stuck.
-    let last = state.health.heartbeat_ms.load(Ordering::Relaxed);
-    let now = crate::cli::wall_clock().as_millis();
-    if last == 0 || now - last < 60_000 {
-        (StatusCode::OK, "ok\n")
-    } else {
+    if state.health.stalled(Instant::now(), STALL) {
         (StatusCode::SERVICE_UNAVAILABLE, "controller loop stalled\n")
+    } else {
+        (StatusCode::OK, "ok\n")
     }
 }
 
@@ -102,4 +133,25 @@ pub async fn serve(
         }
     });
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_uses_one_monotonic_clock() {
+        let health = Health::default();
+        let t0 = health.origin;
+        assert!(
+            !health.stalled(t0 + Duration::from_secs(3600), STALL),
+            "no turn yet"
+        );
+        health.beat(t0 + Duration::from_secs(10));
+        assert!(!health.stalled(t0 + Duration::from_secs(69), STALL));
+        assert!(health.stalled(t0 + Duration::from_secs(71), STALL));
+        // Nothing here reads the wall clock, so a jump of it cannot change the answer.
+        health.beat(t0 + Duration::from_secs(100));
+        assert!(!health.stalled(t0 + Duration::from_secs(101), STALL));
+    }
 }

@@ -16,7 +16,7 @@ impl Clock {
     pub fn new() -> Clock {
         Clock {
             start: Instant::now(),
-            start_wall: crate::cli::wall_clock(),
+            start_wall: crate::time::wall_clock(),
         }
     }
 

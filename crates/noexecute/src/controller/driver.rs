@@ -1,60 +1,38 @@
-//! The controller loop: the single owner of the engine.
+//! The controller loop: a thin driver of the pure [`Pipeline`].
 //!
-//! It takes watch events, the executor's reports and the clock, feeds them to the engine one
-//! at a time, and carries the resulting actions out: evictions to the executor, upstream's
-//! events to the event sink, gauges to the metrics. No lock is ever held across an await,
-//! because nothing else touches the engine.
-//!
-//! Evictions are only handed to the executor while this replica may act (caches synced and
-//! leading). Until then they are parked; the engine still runs, so a standby that takes over
-//! knows every deadline already. While it may act, due evictions pass through the pacer (the
-//! opt-in rate limits and mass-eviction brake), which decides when each may start.
+//! It turns watch events, executor reports, leadership changes and the clock into pipeline
+//! inputs, and carries the pipeline's effects out: attempts to the executor (each with a
+//! cancellation token the pipeline can fire), events to the event sink, gauges to the metrics,
+//! decisions to the log. It decides nothing itself. No lock is held across an await: nothing
+//! else touches the pipeline.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::watcher;
-use noexecute_engine::action::UpstreamEvent;
-use noexecute_engine::pace::{BrakeChange, Pacer};
-use noexecute_engine::{Action, Engine, EvictionId, Report};
+use noexecute_engine::pace::BrakeChange;
+use noexecute_engine::pipeline::{AttemptId, AttemptReport, Effect, HeldBy, Watched};
+use noexecute_engine::{Action, Pipeline};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::admin::Health;
 use super::clock::Clock;
 use super::events::EventSink;
-use super::executor::{Executor, Job};
+use super::executor::Executor;
 use super::lease::Leadership;
 use super::metrics::Metrics;
+use super::ratelimit::{Hold, RateLimiter};
 use super::watch::{NodeEvent, PodEvent};
 use crate::convert;
 
-/// How a relist is reconciled: objects not seen between `Init` and `InitDone` were deleted
-/// while we were not watching.
-#[derive(Default)]
-struct Relist<K> {
-    listing: bool,
-    seen: HashSet<K>,
-    done_once: bool,
-}
-
-impl<K: std::hash::Hash + Eq> Relist<K> {
-    fn start(&mut self) {
-        self.listing = true;
-        self.seen.clear();
-    }
-    fn saw(&mut self, key: K) {
-        if self.listing {
-            self.seen.insert(key);
-        }
-    }
-}
+/// The heartbeat's period: the loop turns at least this often.
+const HEARTBEAT: Duration = Duration::from_secs(5);
 
 pub struct Driver {
-    pub engine: Engine,
+    pub pipeline: Pipeline,
     pub policy: crate::policy::Policy,
     pub clock: Clock,
     pub executor: Executor,
@@ -62,20 +40,15 @@ pub struct Driver {
     pub metrics: Metrics,
     pub leadership: Leadership,
     pub health: Arc<Health>,
-    /// Evictions decided while this replica may not act, with their upstream event.
-    parked: HashMap<EvictionId, (Job, Option<UpstreamEvent>)>,
-    /// Due evictions waiting for the rate limits or the brake, with their upstream event
-    /// (recorded when the eviction starts).
-    pacer: Pacer<(Job, Option<UpstreamEvent>)>,
-    /// What the brake events are about (the Lease).
+    /// What the brake's events are about (the Lease).
     brake_object: ObjectReference,
-    /// The brake state last announced with an event.
-    brake_announced: bool,
-    in_flight: HashSet<EvictionId>,
-    /// The actions being dispatched follow a pod event (not a node event or a deadline).
-    pod_triggered: bool,
-    nodes: Relist<String>,
-    pods: Relist<(String, String)>,
+    /// The cancel of every attempt started and not yet reported.
+    attempts: HashMap<AttemptId, CancellationToken>,
+    /// Held while evictions wait for an executor slot: events yield to them.
+    limiter: Arc<RateLimiter>,
+    backlog: Option<Hold>,
+    /// When the gauges may be refreshed next.
+    gauges_at: Option<std::time::Instant>,
 }
 
 /// Why the loop stopped.
@@ -89,7 +62,7 @@ pub enum Stop {
 impl Driver {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        engine: Engine,
+        pipeline: Pipeline,
         policy: crate::policy::Policy,
         clock: Clock,
         executor: Executor,
@@ -98,11 +71,10 @@ impl Driver {
         leadership: Leadership,
         health: Arc<Health>,
         brake_object: ObjectReference,
+        limiter: Arc<RateLimiter>,
     ) -> Driver {
-        let mut pacer = Pacer::new(policy.pace);
-        pacer.set_release_all(policy.release_brake);
         Driver {
-            engine,
+            pipeline,
             policy,
             clock,
             executor,
@@ -110,379 +82,249 @@ impl Driver {
             metrics,
             leadership,
             health,
-            parked: HashMap::new(),
-            pacer,
             brake_object,
-            brake_announced: false,
-            in_flight: HashSet::new(),
-            pod_triggered: false,
-            nodes: Relist::default(),
-            pods: Relist::default(),
+            attempts: HashMap::new(),
+            limiter,
+            backlog: None,
+            gauges_at: None,
         }
     }
 
-    fn synced(&self) -> bool {
-        self.nodes.done_once && self.pods.done_once
-    }
-
-    fn may_act(&self) -> bool {
-        self.synced() && self.leadership.is_leading()
-    }
-
+    /// Run until shutdown, lost leadership or the end of the watches. Before returning, every
+    /// attempt in flight has been told to stop; the caller waits for them
+    /// ([`Executor::drain`]) before releasing the lease.
     pub async fn run(
         mut self,
         mut node_rx: mpsc::Receiver<NodeEvent>,
         mut pod_rx: mpsc::Receiver<PodEvent>,
-        mut report_rx: mpsc::UnboundedReceiver<Report>,
+        mut report_rx: mpsc::UnboundedReceiver<AttemptReport>,
         shutdown: CancellationToken,
     ) -> Stop {
         let mut leadership = self.leadership.clone();
-        let mut was_leading = leadership.is_leading();
-        let mut out = Vec::new();
-        loop {
+        let mut seen = leadership.current();
+        self.pipeline.set_leading(seen.leading, self.clock.now());
+        self.metrics.leader.set(i64::from(seen.leading));
+        let stop = loop {
+            self.carry_out();
             let now = self.clock.now();
-            self.health
-                .heartbeat_ms
-                .store(now.as_millis(), Ordering::Relaxed);
-            // Wake for the next deadline, and at least every few seconds for the heartbeat.
-            let pace_wake = self.pacer.next_release().filter(|_| self.may_act());
+            self.health.beat(std::time::Instant::now());
+            let heartbeat = std::time::Instant::now() + HEARTBEAT;
             let wake = self
-                .engine
-                .next_deadline()
-                .into_iter()
-                .chain(pace_wake)
-                .min()
-                .map(|d| self.clock.instant(d.max(now)))
-                .unwrap_or_else(|| std::time::Instant::now() + Duration::from_secs(5))
-                .min(std::time::Instant::now() + Duration::from_secs(5));
+                .pipeline
+                .next_wake()
+                .map_or(heartbeat, |d| self.clock.instant(d.max(now)).min(heartbeat));
             tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => return Stop::Shutdown,
-                leading = leadership.changed() => {
-                    if was_leading && !leading {
-                        return Stop::LostLeadership;
+                _ = shutdown.cancelled() => break Stop::Shutdown,
+                state = leadership.changed() => {
+                    let lost = state.lost_since(seen);
+                    seen = state;
+                    self.metrics.leader.set(i64::from(state.leading));
+                    self.pipeline.set_leading(state.leading && !lost, self.clock.now());
+                    if lost {
+                        break Stop::LostLeadership;
                     }
-                    was_leading = leading;
-                    self.metrics.leader.set(i64::from(leading));
                 }
                 // Nodes before pods, as upstream's workers drain node updates first.
                 event = node_rx.recv() => match event {
-                    Some(event) => {
-                        self.engine.advance(self.clock.now(), &mut out);
-                        self.node_event(event, &mut out);
-                    }
-                    None => return Stop::WatchesEnded,
+                    Some(event) => self.node_event(event),
+                    None => break Stop::WatchesEnded,
                 },
                 event = pod_rx.recv() => match event {
-                    Some(event) => {
-                        self.engine.advance(self.clock.now(), &mut out);
-                        self.pod_event(event, &mut out);
-                        self.pod_triggered = true;
-                    }
-                    None => return Stop::WatchesEnded,
+                    Some(event) => self.pod_event(event),
+                    None => break Stop::WatchesEnded,
                 },
                 Some(report) = report_rx.recv() => {
-                    let now = self.clock.now();
-                    self.in_flight.remove(&report.eviction);
-                    self.engine.advance(now, &mut out);
-                    self.engine.report(&report, now, &mut out);
+                    self.attempts.remove(&report.attempt);
+                    self.pipeline.report(report, self.clock.now());
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
-                    self.engine.advance(self.clock.now(), &mut out);
+                    self.pipeline.tick(self.clock.now());
                 }
             }
-            self.dispatch(&mut out);
-            self.pod_triggered = false;
-            if self.may_act() && !self.parked.is_empty() {
-                self.release_parked();
-            }
-            self.pace();
-            self.health.synced.store(self.synced(), Ordering::Relaxed);
-            self.metrics
-                .scheduled_evictions
-                .set(self.engine.queued_count() as i64);
-            self.metrics.paced_evictions.set(self.pacer.len() as i64);
-            self.metrics.pending_evictions.set(
-                (self.engine.queued_count()
-                    + self.in_flight.len()
-                    + self.parked.len()
-                    + self.pacer.len()) as i64,
-            );
-        }
+        };
+        // Stop acting: every attempt in flight is told to stop before the caller drains them.
+        self.pipeline.shutdown();
+        self.carry_out();
+        stop
     }
 
-    fn node_event(&mut self, event: NodeEvent, out: &mut Vec<noexecute_engine::Action>) {
+    fn node_event(&mut self, event: NodeEvent) {
         let now = self.clock.now();
         match event {
-            watcher::Event::Init => self.nodes.start(),
+            watcher::Event::Init => self.pipeline.listing_started(Watched::Nodes),
             watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
                 let obs = convert::node(&node);
-                self.nodes.saw(obs.name.clone());
-                self.engine.upsert_node(&obs, now, out);
                 let release = crate::policy::release_annotated(&node.metadata);
-                self.release_node(&obs.name, release);
+                self.pipeline.upsert_node(&obs, release, now);
             }
             watcher::Event::Delete(node) => {
                 let name = node.metadata.name.unwrap_or_default();
-                self.engine.delete_node(&name, now, out);
-                self.release_node(&name, false);
+                self.pipeline.delete_node(&name, now);
             }
-            watcher::Event::InitDone => {
-                if self.nodes.done_once {
-                    // A relist: forget the nodes that went away meanwhile.
-                    let gone: Vec<String> = self
-                        .engine
-                        .node_names()
-                        .filter(|n| !self.nodes.seen.contains(*n))
-                        .map(str::to_string)
-                        .collect();
-                    for name in gone {
-                        self.engine.delete_node(&name, now, out);
-                        self.release_node(&name, false);
-                    }
-                }
-                self.nodes.listing = false;
-                self.nodes.done_once = true;
-                tracing::info!("nodes synced");
-            }
+            watcher::Event::InitDone => self.pipeline.listing_done(Watched::Nodes, now),
         }
     }
 
-    fn pod_event(&mut self, event: PodEvent, out: &mut Vec<noexecute_engine::Action>) {
+    fn pod_event(&mut self, event: PodEvent) {
         let now = self.clock.now();
         match event {
-            watcher::Event::Init => self.pods.start(),
+            watcher::Event::Init => self.pipeline.listing_started(Watched::Pods),
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
                 let mut obs = convert::pod(&pod);
                 obs.excluded = self
                     .policy
                     .excludes(&obs.namespace, pod.metadata.labels.as_ref());
-                self.pods.saw((obs.namespace.clone(), obs.name.clone()));
-                self.engine.upsert_pod(obs, now, out);
+                self.pipeline.upsert_pod(obs, now);
             }
             watcher::Event::Delete(pod) => {
                 let obs = convert::pod(&pod);
-                self.engine
-                    .delete_pod(&obs.namespace, &obs.name, Some(&obs.uid), now, out);
+                self.pipeline
+                    .delete_pod(&obs.namespace, &obs.name, Some(&obs.uid), now);
             }
-            watcher::Event::InitDone => {
-                if self.pods.done_once {
-                    let gone: Vec<(String, String)> = self
-                        .engine
-                        .pods()
-                        .map(|v| (v.pod.namespace.to_string(), v.pod.name.to_string()))
-                        .filter(|k| !self.pods.seen.contains(k))
-                        .collect();
-                    for (ns, name) in gone {
-                        self.engine.delete_pod(&ns, &name, None, now, out);
-                    }
-                }
-                self.pods.listing = false;
-                self.pods.seen = HashSet::new();
-                self.pods.done_once = true;
-                tracing::info!(pods = self.engine.pod_count(), "pods synced");
-            }
+            watcher::Event::InitDone => self.pipeline.listing_done(Watched::Pods, now),
         }
     }
 
-    /// Carry out the engine's actions.
-    fn dispatch(&mut self, out: &mut Vec<Action>) {
-        let may_act = self.may_act();
-        for action in out.drain(..) {
-            // Only the replica that acts records events: a standby would duplicate them.
-            let event = action.upstream_event().map(|mut e| {
-                if self.policy.dry_run {
-                    e.message = format!("[dry-run] {}", e.message);
-                }
-                e
-            });
-            // An eviction's event is recorded when it starts (after pacing).
-            if may_act
-                && !matches!(action, Action::Evict { .. })
-                && let Some(event) = &event
-            {
-                self.events.record(action.pod(), event.clone());
-            }
-            match action {
-                Action::Schedule {
-                    pod,
-                    deadline,
-                    cause,
-                    ..
-                } => {
-                    tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::plan::timestamp(deadline), %cause, "eviction scheduled");
-                }
-                Action::Cancel {
-                    pod,
-                    eviction,
-                    reason,
-                    ..
-                } => {
-                    self.parked.remove(&eviction);
-                    self.pacer.cancel(eviction);
-                    self.executor.forget(eviction);
-                    tracing::info!(pod = %pod, reason = reason.as_str(), "eviction cancelled");
-                }
-                Action::Evict {
-                    pod,
-                    eviction,
-                    deadline,
-                    retry,
-                    cause,
-                } => {
-                    if !retry {
-                        let cause = cause.as_ref().map(|c| c.to_string()).unwrap_or_default();
-                        tracing::info!(pod = %pod, node = ?pod.node, %cause, "evicting");
-                    }
-                    // The stale-cache guard is for decisions a pod event triggered: a pod
-                    // bound to a node whose untaint the node watch has not delivered yet
-                    // (kubernetes/kubernetes#119862). A decision a node event triggered is
-                    // as fresh as that event, and re-reading the node would only cost requests
-                    // (one per node in a mass taint).
-                    let immediate = self.pod_triggered
-                        && matches!(
-                            cause.as_ref().map(|c| c.verdict),
-                            Some(noexecute_engine::Verdict::Untolerated { .. })
-                                | Some(noexecute_engine::Verdict::Tolerated {
-                                    time: noexecute_engine::TolerationTime::Immediate,
-                                    ..
-                                })
-                        );
-                    let generation = self
-                        .engine
-                        .pod_view(&pod.namespace, &pod.name)
-                        .map_or(0, |v| v.generation);
-                    let job = Job {
-                        pod,
-                        eviction,
-                        deadline,
-                        immediate,
-                        generation,
-                    };
-                    if !may_act {
-                        self.parked.insert(eviction, (job, event));
-                    } else if retry {
-                        // A retry already started once: pacing it again would only delay it.
-                        self.in_flight.insert(eviction);
-                        self.executor.submit(job);
-                    } else {
-                        let node = job.pod.node.clone();
-                        self.pacer.offer(eviction, node, deadline, (job, event));
-                    }
-                }
-                Action::Skip { pod, .. } => {
-                    tracing::info!(pod = %pod, "already terminating; not deleting again");
-                }
-            }
+    /// Carry out every effect the pipeline has, then refresh the gauges.
+    fn carry_out(&mut self) {
+        while let Some(effect) = self.pipeline.poll_effect() {
+            self.effect(effect);
         }
-    }
-
-    fn release_parked(&mut self) {
-        tracing::info!(
-            count = self.parked.len(),
-            "acting on evictions decided while not leading"
-        );
-        for (eviction, (job, event)) in self.parked.drain() {
-            let (node, deadline) = (job.pod.node.clone(), job.deadline);
-            self.pacer.offer(eviction, node, deadline, (job, event));
-        }
-    }
-
-    /// A node's release annotation, as last seen.
-    fn release_node(&mut self, name: &str, release: bool) {
-        if self.pacer.config().brake.is_none() || self.pacer.is_released(name) == release {
-            return;
-        }
-        self.pacer.set_node_released(name, release);
-        if self.pacer.braking() {
-            tracing::warn!(
-                node = name,
-                annotation = crate::policy::RELEASE_ANNOTATION,
-                release,
-                "mass-eviction brake: node {}",
-                if release { "released" } else { "held again" }
-            );
-        }
-    }
-
-    /// Update the brake from the node counts and start what the pacer lets go.
-    fn pace(&mut self) {
-        let (nodes, tainted) = self.engine.node_counts();
-        if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
-            let threshold = self.pacer.brake_threshold();
-            match change {
-                BrakeChange::Engaged { tainted, nodes } => {
-                    self.metrics.brake_engagements.inc();
-                    tracing::warn!(
-                        tainted,
-                        nodes,
-                        threshold_percent = threshold,
-                        held = self.pacer.len(),
-                        released = self.policy.release_brake,
-                        "mass-eviction brake engaged: evictions paused"
-                    );
-                }
-                BrakeChange::Released { tainted, nodes } => {
-                    tracing::info!(
-                        tainted,
-                        nodes,
-                        threshold_percent = threshold,
-                        held = self.pacer.len(),
-                        "mass-eviction brake let go: evictions resume"
-                    );
-                }
-            }
-        }
-        let braking = self.pacer.braking();
-        self.metrics.brake_engaged.set(i64::from(braking));
-        if !self.may_act() {
-            return;
-        }
-        if braking != self.brake_announced {
-            self.brake_announced = braking;
-            self.events
-                .record_about(self.brake_object.clone(), self.brake_event(braking));
-        }
-        let mut started = Vec::new();
-        self.pacer.release(self.clock.now(), &mut started);
-        for (job, event) in started {
-            if let Some(event) = event {
-                self.events.record(&job.pod, event);
-            }
-            self.in_flight.insert(job.eviction);
-            self.executor.submit(job);
-        }
-    }
-
-    fn brake_event(&self, braking: bool) -> UpstreamEvent {
-        let (nodes, tainted) = self.pacer.node_counts();
-        let share = self.pacer.tainted_percent();
-        let threshold = self.pacer.brake_threshold();
-        if braking {
-            let how = if self.policy.release_brake {
-                "released by --release-brake: evictions continue".to_string()
-            } else {
-                format!(
-                    "evictions are paused ({} held); release nodes with the annotation {}=true, or restart with --release-brake",
-                    self.pacer.len(),
-                    crate::policy::RELEASE_ANNOTATION
-                )
-            };
-            UpstreamEvent {
-                type_: "Warning",
-                reason: "EvictionBrakeEngaged",
-                message: format!(
-                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, more than the brake threshold of {threshold}%: {how}"
-                ),
+        if self.pipeline.backlog() {
+            if self.backlog.is_none() {
+                self.backlog = Some(self.limiter.hold());
             }
         } else {
-            UpstreamEvent {
-                type_: "Normal",
-                reason: "EvictionBrakeReleased",
-                message: format!(
-                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, within the brake threshold of {threshold}%: evictions resume"
-                ),
+            self.backlog = None;
+        }
+        // The gauges cost a pass over what is pending: at most four times a second.
+        let now = std::time::Instant::now();
+        if self.gauges_at.is_some_and(|at| now < at) {
+            return;
+        }
+        self.gauges_at = Some(now + Duration::from_millis(250));
+        self.health
+            .synced
+            .store(self.pipeline.synced(), std::sync::atomic::Ordering::Relaxed);
+        self.metrics
+            .scheduled_evictions
+            .set(self.pipeline.engine().queued_count() as i64);
+        self.metrics
+            .paced_evictions
+            .set(self.pipeline.paced() as i64);
+        self.metrics
+            .brake_engaged
+            .set(i64::from(self.pipeline.braking()));
+        self.metrics
+            .pending_evictions
+            .set(self.pipeline.pending() as i64);
+    }
+
+    fn effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::Start(attempt) => {
+                let cancel = CancellationToken::new();
+                self.attempts.insert(attempt.id, cancel.clone());
+                self.executor.start(attempt, cancel);
             }
+            Effect::Cancel(id) => {
+                if let Some(cancel) = self.attempts.get(&id) {
+                    cancel.cancel();
+                }
+            }
+            Effect::PodEvent { pod, mut event } => {
+                if self.policy.dry_run {
+                    event.message = format!("[dry-run] {}", event.message);
+                }
+                self.events.record(&pod, event);
+            }
+            Effect::ControllerEvent(event) => {
+                self.events.record_about(self.brake_object.clone(), event);
+            }
+            Effect::Decided(action) => log_decision(&action),
+            Effect::Held { pod, by, .. } => match by {
+                HeldBy::Brake { tainted, nodes } => {
+                    tracing::info!(pod = %pod, tainted, nodes, "due eviction held by the mass-eviction brake")
+                }
+                HeldBy::RateLimit => {
+                    tracing::debug!(pod = %pod, "due eviction held by the rate limits")
+                }
+            },
+            Effect::Brake(change) => {
+                let threshold = self.pipeline.brake_threshold();
+                let held = self.pipeline.paced();
+                match change {
+                    BrakeChange::Engaged { tainted, nodes } => {
+                        self.metrics.brake_engagements.inc();
+                        tracing::warn!(
+                            tainted,
+                            nodes,
+                            threshold_percent = threshold,
+                            held,
+                            released = self.policy.release_brake,
+                            "mass-eviction brake engaged: evictions paused"
+                        );
+                    }
+                    BrakeChange::Released { tainted, nodes } => {
+                        tracing::info!(
+                            tainted,
+                            nodes,
+                            threshold_percent = threshold,
+                            held,
+                            "mass-eviction brake let go: evictions resume"
+                        );
+                    }
+                }
+            }
+            Effect::NodeRelease { node, released } => {
+                tracing::warn!(
+                    node,
+                    annotation = crate::policy::RELEASE_ANNOTATION,
+                    release = released,
+                    "mass-eviction brake: node {}",
+                    if released { "released" } else { "held again" }
+                );
+            }
+            Effect::Unparked { count } => {
+                tracing::info!(count, "acting on evictions decided while not leading");
+            }
+            Effect::Synced { nodes, removed } => {
+                self.gauges_at = None;
+                let what = if nodes { "nodes" } else { "pods" };
+                tracing::info!(
+                    removed,
+                    pods = self.pipeline.engine().pod_count(),
+                    "{what} synced"
+                );
+            }
+        }
+    }
+}
+
+fn log_decision(action: &Action) {
+    match action {
+        Action::Schedule {
+            pod,
+            deadline,
+            cause,
+            ..
+        } => {
+            tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::plan::timestamp(*deadline), %cause, "eviction scheduled");
+        }
+        Action::Cancel { pod, reason, .. } => {
+            tracing::info!(pod = %pod, reason = reason.as_str(), "eviction cancelled");
+        }
+        Action::Evict {
+            pod, retry, cause, ..
+        } => {
+            if !retry {
+                let cause = cause.as_ref().map(|c| c.to_string()).unwrap_or_default();
+                tracing::info!(pod = %pod, node = ?pod.node, %cause, "evicting");
+            }
+        }
+        Action::Skip { pod, .. } => {
+            tracing::info!(pod = %pod, "already terminating; not deleting again");
         }
     }
 }

@@ -27,17 +27,37 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
 }
 
+/// Whether this replica leads, and how many times it has become the leader. The count lets a
+/// reader that polls notice a term it never saw: leading and losing the lease between two
+/// polls leaves `leading` false but `term` higher.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Term {
+    pub leading: bool,
+    pub term: u64,
+}
+
+impl Term {
+    /// Whether, going from `seen` to `self`, leadership was lost (a term ended).
+    pub fn lost_since(self, seen: Term) -> bool {
+        (seen.leading && (!self.leading || self.term != seen.term))
+            || (!self.leading && self.term > seen.term)
+    }
+}
+
 /// Shared view of whether this replica leads.
 #[derive(Clone, Debug)]
 pub struct Leadership {
     leading: Arc<AtomicBool>,
-    changes: watch::Receiver<bool>,
+    changes: watch::Receiver<Term>,
 }
 
 impl Leadership {
     /// Always leading: leader election is off.
-    pub fn always() -> (Leadership, watch::Sender<bool>) {
-        let (tx, rx) = watch::channel(true);
+    pub fn always() -> (Leadership, watch::Sender<Term>) {
+        let (tx, rx) = watch::channel(Term {
+            leading: true,
+            term: 1,
+        });
         (
             Leadership {
                 leading: Arc::new(AtomicBool::new(true)),
@@ -48,7 +68,7 @@ impl Leadership {
     }
 
     pub fn new() -> (Leadership, LeadershipWriter) {
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(Term::default());
         let leading = Arc::new(AtomicBool::new(false));
         (
             Leadership {
@@ -59,14 +79,20 @@ impl Leadership {
         )
     }
 
+    /// The fence: read before every mutating request.
     pub fn is_leading(&self) -> bool {
         self.leading.load(Ordering::SeqCst)
     }
 
-    /// Resolves when leadership changes.
-    pub async fn changed(&mut self) -> bool {
+    /// The latest state, marked as seen.
+    pub fn current(&mut self) -> Term {
+        *self.changes.borrow_and_update()
+    }
+
+    /// Resolves when leadership changes, with the latest state.
+    pub async fn changed(&mut self) -> Term {
         if self.changes.changed().await.is_err() {
-            // The writer is gone: treat as not leading, forever.
+            // The writer is gone: leadership never changes again.
             std::future::pending::<()>().await;
         }
         *self.changes.borrow_and_update()
@@ -75,14 +101,19 @@ impl Leadership {
 
 pub struct LeadershipWriter {
     leading: Arc<AtomicBool>,
-    tx: watch::Sender<bool>,
+    tx: watch::Sender<Term>,
 }
 
 impl LeadershipWriter {
-    fn set(&self, leading: bool) {
+    pub fn set(&self, leading: bool) {
         // The flag first: the executor's fence reads it.
         self.leading.store(leading, Ordering::SeqCst);
-        let _ = self.tx.send(leading);
+        self.tx.send_modify(|t| {
+            if leading && !t.leading {
+                t.term += 1;
+            }
+            t.leading = leading;
+        });
     }
 }
 
@@ -324,12 +355,34 @@ pub async fn run(
 
 /// client-go jitters the retry period by up to 20%.
 fn jittered(d: Duration) -> Duration {
-    d + d.mul_f64(0.2 * crate::controller::executor::random_fraction())
+    d + d.mul_f64(0.2 * crate::time::random_fraction())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_term_won_and_lost_between_two_polls_is_noticed() {
+        let (mut leadership, writer) = Leadership::new();
+        let seen = leadership.current();
+        writer.set(true);
+        writer.set(false);
+        let now = leadership.changed().await;
+        assert!(!now.leading);
+        assert!(now.lost_since(seen), "{seen:?} -> {now:?}");
+        // Standing by with no term in between is not a loss.
+        let (mut standby, _w) = Leadership::new();
+        let seen = standby.current();
+        assert!(!seen.lost_since(seen));
+        assert!(
+            !Term {
+                leading: true,
+                term: 1
+            }
+            .lost_since(seen)
+        );
+    }
 
     fn record(holder: &str) -> Record {
         Record {

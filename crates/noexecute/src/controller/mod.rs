@@ -30,12 +30,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use noexecute_engine::Engine;
+use noexecute_engine::Pipeline;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::EngineArgs;
-use crate::scenario::Offset;
+use crate::policy::EngineArgs;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -43,9 +42,7 @@ pub enum LogFormat {
     Json,
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    Offset::parse(s).map(|o| Duration::from_millis(o.0.unsigned_abs()))
-}
+use crate::time::parse_duration as duration;
 
 /// Flags of `noexecute run`. Every flag can also come from the environment.
 #[derive(Debug, Args, Clone)]
@@ -155,7 +152,7 @@ impl RunArgs {
             .unwrap_or_else(|| "noexecute".into());
         format!(
             "{host}_{:08x}",
-            (executor::random_fraction() * f64::from(u32::MAX)) as u32
+            (crate::time::random_fraction() * f64::from(u32::MAX)) as u32
         )
     }
 }
@@ -231,6 +228,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         ..Default::default()
     };
 
+    // The lease outlives the shutdown signal: it is released only after every attempt in
+    // flight has ended, so no request of ours can follow a standby's first write.
+    let lease_stop = CancellationToken::new();
     // Leadership.
     let (leadership, lease_task) = if args.leader_elect {
         let (leadership, writer) = lease::Leadership::new();
@@ -249,7 +249,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         let lease_health = health.clone();
         let lease_metrics = metrics.clone();
         let lease_client = client.clone();
-        let lease_shutdown = shutdown.clone();
+        let lease_shutdown = lease_stop.clone();
         let task = tokio::spawn(async move {
             let result = lease::run(lease_client, cfg, writer, lease_shutdown, lease_metrics).await;
             lease_health
@@ -281,23 +281,21 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let executor = executor::Executor::new(
         client.clone(),
         limiter.clone(),
-        args.concurrency,
         leadership.clone(),
         report_tx,
         metrics.clone(),
         clock,
-        request_timeout,
-        policy.dry_run,
-        policy.stale_cache_guard,
-        args.engine.comparison_operators,
-        policy.eviction_mode,
-        policy.pdb_timeout,
+        executor::ExecutorConfig {
+            request_timeout,
+            comparison_operators: args.engine.comparison_operators,
+            node_read_ttl: Duration::from_secs(1),
+        },
     );
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
         args.event_component.clone(),
         identity.clone(),
-        limiter,
+        limiter.clone(),
         metrics.clone(),
         shutdown.clone(),
     );
@@ -308,8 +306,13 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics.clone(),
         shutdown.clone(),
     );
+    let pipeline = Pipeline::new(policy.pipeline_config(
+        args.engine.comparison_operators,
+        args.concurrency,
+        crate::time::random_u64(),
+    ));
     let driver = driver::Driver::new(
-        Engine::new(policy.engine_config(args.engine.comparison_operators)),
+        pipeline,
         policy,
         clock,
         executor.clone(),
@@ -318,6 +321,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         leadership,
         health,
         brake_object,
+        limiter,
     );
 
     let signals = shutdown.clone();
@@ -342,9 +346,10 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         }
     };
     shutdown.cancel();
-    // Let attempts in flight finish (each is bounded by the request timeout), then release the
-    // lease and stop serving.
+    // The driver told every attempt in flight to stop; wait until they have (each request is
+    // bounded by the request timeout), then release the lease and stop serving.
     executor.drain().await;
+    lease_stop.cancel();
     if let Some(task) = lease_task
         && let Ok(Err(e)) = task.await
     {

@@ -62,6 +62,32 @@ impl RateLimiter {
         self.urgent.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Wait for a token unless `cancel` fires first: then the reserved token is given back
+    /// and `false` returned, so a cancelled eviction spends nothing.
+    pub async fn acquire_unless(&self, cancel: &tokio_util::sync::CancellationToken) -> bool {
+        use std::sync::atomic::Ordering;
+        if cancel.is_cancelled() {
+            return false;
+        }
+        self.urgent.fetch_add(1, Ordering::SeqCst);
+        let wait = self.reserve().await;
+        let got = if wait.is_zero() {
+            true
+        } else {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => false,
+                _ = tokio::time::sleep(wait) => true,
+            }
+        };
+        if !got {
+            let mut state = self.state.lock().await;
+            state.0 = (state.0 + 1.0).min(self.burst);
+        }
+        self.urgent.fetch_sub(1, Ordering::SeqCst);
+        got && !cancel.is_cancelled()
+    }
+
     /// Wait for a token that no urgent request needs (events): the shared budget stays the
     /// configured QPS and burst, but an eviction never waits behind an event.
     pub async fn acquire_background(&self) {
@@ -126,6 +152,28 @@ mod tests {
                 .unwrap_or_else(|_| tokio::time::Instant::now()),
         );
         assert!(u < b, "the urgent request went first");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_wait_gives_its_token_back() {
+        let limiter = std::sync::Arc::new(RateLimiter::new(1.0, 1));
+        limiter.acquire().await; // the burst
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let waiter = {
+            let (l, c) = (limiter.clone(), cancel.clone());
+            tokio::spawn(async move { l.acquire_unless(&c).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cancel.cancel();
+        assert_eq!(waiter.await.ok(), Some(false), "the wait was cut short");
+        // The next caller gets the token the cancelled one had reserved, at 1 s.
+        let start = tokio::time::Instant::now();
+        limiter.acquire().await;
+        assert!(
+            start.elapsed() <= Duration::from_millis(910),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]

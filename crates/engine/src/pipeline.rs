@@ -1,0 +1,1228 @@
+//! The pure controller core: everything between the engine's decision and an API request.
+//!
+//! The [`Engine`] decides *whether* and *when* a pod is evicted. The [`Pipeline`] owns the
+//! engine and carries each due eviction the rest of the way, the same for `run`, `simulate`,
+//! `plan` and the tests:
+//!
+//! ```text
+//!  observations ─┐                                          ┌─► Effect::Start(Attempt)
+//!  reports ──────┼─► Engine ─► due ─► parked ─► Pacer ─► queue ─► in flight ─► reports
+//!  leadership ───┤            (not acting) (rate limits,  (fair:    (≤ concurrency,
+//!  tick(now) ────┘                          brake)         fresh and  one per pod)
+//!                                                          retries)
+//!                                          a cancel anywhere ─► Effect::Cancel(attempt)
+//! ```
+//!
+//! It is sans-I/O in the manner of quinn-proto: inputs are method calls that take `now`;
+//! outputs are [`Effect`]s, taken with [`Pipeline::poll_effect`], and [`Pipeline::next_wake`],
+//! when the driver must call [`Pipeline::tick`] at the latest. It reads no clock, performs no
+//! I/O and holds no task; jitter comes from a seeded generator.
+//!
+//! What it guarantees, and `tests/pipeline.rs` checks over a million random steps:
+//! - no attempt starts for an eviction the engine cancelled, and every attempt in flight for
+//!   one is told to stop ([`Effect::Cancel`]), so it sends no further request;
+//! - at most one attempt per pod is in flight, a cancelled one included, until it reports;
+//! - no eviction is lost: parking, pacing, queueing, leadership changes and cancelled attempts
+//!   all keep it until the engine drops it or an attempt concludes it;
+//! - what it holds is bounded by the pending evictions and the executor's concurrency.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::action::{Action, Cause, PodRef, SkipReason, UpstreamEvent};
+use crate::engine::{Config, Engine, Stage};
+use crate::observe::{EvictionId, NodeObservation, Outcome, PodObservation, Report, Uid};
+use crate::pace::{BrakeChange, PaceConfig, Pacer};
+use crate::time::Time;
+
+/// How an eviction ends: a DELETE (upstream's way) or an Eviction (policy/v1), which
+/// PodDisruptionBudgets can refuse.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum EvictionMode {
+    #[default]
+    Delete,
+    Evict,
+}
+
+/// Backoff between failed attempts of one eviction: initial × 2^(n-1), capped, ±25% jitter.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after the `failures`-th failure (1-based), given a uniform `jitter` in [0, 1).
+    pub fn delay(&self, failures: u32, jitter: f64) -> Duration {
+        let exp = self
+            .initial
+            .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+        exp.min(self.max)
+            .mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
+    }
+}
+
+/// What the pipeline needs beyond the engine's own [`Config`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineConfig {
+    pub engine: Config,
+    pub pace: PaceConfig,
+    /// `--release-brake`: the brake is computed and reported but holds nothing.
+    pub release_brake: bool,
+    /// Attempts the executor carries out at once; more wait in the pipeline's queue, where a
+    /// cancel simply removes them.
+    pub concurrency: usize,
+    pub mode: EvictionMode,
+    /// With `EvictionMode::Evict`: refused evictions fall back to a DELETE once they have
+    /// been refused for this long.
+    pub pdb_timeout: Option<Duration>,
+    /// Decide and report, but change nothing.
+    pub dry_run: bool,
+    /// Re-read the node before an immediate eviction that a pod event triggered.
+    pub stale_cache_guard: bool,
+    pub backoff: Backoff,
+    /// Seed of the jitter generator (the live controller seeds it randomly).
+    pub seed: u64,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            engine: Config::default(),
+            pace: PaceConfig::default(),
+            release_brake: false,
+            concurrency: 64,
+            mode: EvictionMode::Delete,
+            pdb_timeout: None,
+            dry_run: false,
+            stale_cache_guard: false,
+            backoff: Backoff::default(),
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// One attempt's identity; reports name it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptId(pub u64);
+
+/// The request that ends an attempt.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// DELETE with preconditions.
+    Delete,
+    /// POST an Eviction.
+    Evict,
+    /// Dry run: read and check, change nothing.
+    Nothing,
+}
+
+/// One attempt at an eviction, for the executor to carry out and report on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub pod: PodRef,
+    pub eviction: EvictionId,
+    /// When the eviction was due (for the latency metric).
+    pub deadline: Time,
+    /// When the pacer was offered it: `start - due_at` is how long pacing held it.
+    pub due_at: Time,
+    /// The pod's `metadata.generation` as last observed (the condition's `observedGeneration`).
+    pub generation: i64,
+    /// Why it is evicted, as decided.
+    pub cause: Option<Cause>,
+    /// The first attempt of this eviction (the others are retries).
+    pub first: bool,
+    /// Two requests: the condition patch's answer stands in for the GET, and the DELETE is
+    /// preconditioned on the resourceVersion it returned. Otherwise: GET, patch, finish.
+    pub two_requests: bool,
+    /// Re-read the node first and drop the eviction if its taints no longer justify it.
+    pub guard: bool,
+    pub finish: Finish,
+    /// The Eviction API refused past `--pdb-timeout`: this attempt deletes instead.
+    pub fallback: bool,
+}
+
+/// Why an attempt did not evict and nothing is left to do.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GoneReason {
+    NotFound,
+    Replaced,
+    Terminating,
+}
+
+impl GoneReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoneReason::NotFound => "pod not found",
+            GoneReason::Replaced => "pod was replaced (another UID)",
+            GoneReason::Terminating => "pod is already terminating",
+        }
+    }
+}
+
+/// How an attempt ended, as the executor saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttemptResult {
+    Evicted,
+    /// Dry run: everything checked, nothing changed.
+    WouldEvict,
+    /// The stale-cache guard's fresh read of the node does not justify the eviction.
+    Stale,
+    Gone(GoneReason),
+    /// It failed. `refused` is true when the Eviction API answered with a refusal (a budget's
+    /// 429, a 500 for a pod under two budgets, a 403, a budget-update 409): those count
+    /// towards `--pdb-timeout`.
+    Failed {
+        error: String,
+        refused: bool,
+    },
+    /// Stopped before its next request because it was cancelled or this replica stopped
+    /// leading.
+    Cancelled,
+}
+
+/// The executor's report on one attempt. Every started attempt is reported exactly once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptReport {
+    pub attempt: AttemptId,
+    pub result: AttemptResult,
+}
+
+/// What holds a due eviction back.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum HeldBy {
+    Brake { tainted: usize, nodes: usize },
+    RateLimit,
+}
+
+/// What the pipeline asks its driver to do or know.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// The engine decided this (logs and timelines). `Evict` means *due*, not started.
+    Decided(Action),
+    /// A due eviction is held by the rate limits or the brake.
+    Held {
+        pod: PodRef,
+        eviction: EvictionId,
+        by: HeldBy,
+    },
+    /// Carry out this attempt and report on it.
+    Start(Attempt),
+    /// Send no further request for this attempt; it is still reported.
+    Cancel(AttemptId),
+    /// Record this event about the pod (only while acting).
+    PodEvent { pod: PodRef, event: UpstreamEvent },
+    /// The brake engaged or let go (whether acting or not).
+    Brake(BrakeChange),
+    /// Record this event about the controller itself (the brake, while acting).
+    ControllerEvent(UpstreamEvent),
+    /// While the brake holds, a node's release annotation changed.
+    NodeRelease { node: String, released: bool },
+    /// Evictions decided while not acting are acted on now.
+    Unparked { count: usize },
+    /// A listing finished: (objects removed because the listing no longer had them).
+    Synced { nodes: bool, removed: usize },
+}
+
+/// Which watch a listing belongs to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Watched {
+    Nodes,
+    Pods,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Where {
+    /// Decided while this replica may not act.
+    Parked,
+    /// In the pacer.
+    Paced,
+    /// Released by the pacer, waiting for an executor slot.
+    Queued,
+    /// Waiting for an earlier attempt on the same pod to report.
+    WaitingForPod,
+    InFlight(AttemptId),
+    /// The engine holds it until its retry is due.
+    Retrying,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    pod: PodRef,
+    deadline: Time,
+    cause: Option<Cause>,
+    /// Decided at once on a pod event: the stale-cache guard applies.
+    immediate: bool,
+    /// Upstream's "Marking for deletion" event, recorded when the first attempt starts.
+    event: Option<UpstreamEvent>,
+    failures: u32,
+    /// When the Eviction API first refused it.
+    refused_since: Option<Time>,
+    retry: bool,
+    due_at: Time,
+    at: Where,
+}
+
+type PodKey = (Arc<str>, Arc<str>);
+
+#[derive(Clone, Debug)]
+struct Flight {
+    eviction: EvictionId,
+    pod: PodKey,
+    cancelled: bool,
+}
+
+#[derive(Debug, Default)]
+struct Listing<K> {
+    active: bool,
+    seen: HashSet<K>,
+    done_once: bool,
+}
+
+/// The pure controller core. See the module documentation.
+#[derive(Debug)]
+pub struct Pipeline {
+    engine: Engine,
+    config: PipelineConfig,
+    pacer: Pacer<EvictionId>,
+    entries: HashMap<EvictionId, Entry>,
+    parked: BTreeSet<EvictionId>,
+    /// Released by the pacer, in order; retries apart, so that they cannot starve fresh work.
+    fresh: VecDeque<EvictionId>,
+    retries: VecDeque<EvictionId>,
+    retry_turn: bool,
+    flights: HashMap<AttemptId, Flight>,
+    /// Pods with an attempt in flight.
+    busy: HashMap<PodKey, AttemptId>,
+    /// An eviction waiting for the pod's earlier attempt to report.
+    waiting: HashMap<PodKey, EvictionId>,
+    next_attempt: u64,
+    leading: bool,
+    nodes: Listing<String>,
+    pods: Listing<(String, String)>,
+    brake_announced: bool,
+    rng: u64,
+    effects: VecDeque<Effect>,
+    /// Scratch buffer for engine actions.
+    actions: Vec<Action>,
+}
+
+impl Pipeline {
+    pub fn new(config: PipelineConfig) -> Pipeline {
+        let mut pacer = Pacer::new(config.pace);
+        pacer.set_release_all(config.release_brake);
+        Pipeline {
+            engine: Engine::new(config.engine.clone()),
+            pacer,
+            entries: HashMap::new(),
+            parked: BTreeSet::new(),
+            fresh: VecDeque::new(),
+            retries: VecDeque::new(),
+            retry_turn: false,
+            flights: HashMap::new(),
+            busy: HashMap::new(),
+            waiting: HashMap::new(),
+            next_attempt: 1,
+            leading: false,
+            nodes: Listing::default(),
+            pods: Listing::default(),
+            brake_announced: false,
+            rng: config.seed,
+            effects: VecDeque::new(),
+            actions: Vec::new(),
+            config,
+        }
+    }
+
+    /// A pipeline that acts from the start: synced and leading (simulate, plan, tests).
+    pub fn acting(config: PipelineConfig) -> Pipeline {
+        let mut p = Pipeline::new(config);
+        p.nodes.done_once = true;
+        p.pods.done_once = true;
+        p.leading = true;
+        p
+    }
+
+    // === Queries ===
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Both watches have completed a listing.
+    pub fn synced(&self) -> bool {
+        self.nodes.done_once && self.pods.done_once
+    }
+
+    /// Synced and leading: attempts may start.
+    pub fn may_act(&self) -> bool {
+        self.synced() && self.leading
+    }
+
+    pub fn braking(&self) -> bool {
+        self.pacer.braking()
+    }
+
+    pub fn is_released(&self, node: &str) -> bool {
+        self.pacer.is_released(node)
+    }
+
+    /// (nodes, tainted nodes) as the brake last saw them, and the tainted share in percent.
+    pub fn brake_counts(&self) -> (usize, usize, f64) {
+        let (nodes, tainted) = self.pacer.node_counts();
+        (nodes, tainted, self.pacer.tainted_percent())
+    }
+
+    pub fn brake_threshold(&self) -> f64 {
+        self.pacer.brake_threshold()
+    }
+
+    /// Due evictions held by the pacer.
+    pub fn paced(&self) -> usize {
+        self.pacer.len()
+    }
+
+    pub fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Released by the pacer and waiting for an executor slot (or for the pod's earlier
+    /// attempt).
+    pub fn queued(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| matches!(e.at, Where::Queued | Where::WaitingForPod))
+            .count()
+    }
+
+    /// Whether evictions wait for an executor slot (cheap; may count cancelled leftovers).
+    pub fn backlog(&self) -> bool {
+        !self.fresh.is_empty() || !self.retries.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// Pending evictions: waiting for their deadline or retry in the engine, or due and held
+    /// here (parked, paced, queued, in flight). O(due evictions).
+    pub fn pending(&self) -> usize {
+        self.engine.queued_count()
+            + self
+                .entries
+                .values()
+                .filter(|e| e.at != Where::Retrying)
+                .count()
+    }
+
+    /// Attempts started and not yet reported (cancelled ones included).
+    pub fn in_flight(&self) -> usize {
+        self.flights.len()
+    }
+
+    /// Due evictions the pipeline holds (parked, paced, queued, in flight or retrying).
+    pub fn tracked(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether a due eviction of this pod is held by the pacer.
+    pub fn holds(&self, eviction: EvictionId) -> bool {
+        self.pacer.holds(eviction)
+    }
+
+    /// Sizes of every internal collection, for memory-bound checks.
+    pub fn footprint(&self) -> usize {
+        self.entries.len()
+            + self.parked.len()
+            + self.fresh.len()
+            + self.retries.len()
+            + self.flights.len()
+            + self.busy.len()
+            + self.waiting.len()
+            + self.pacer.len()
+            + self.pacer.queue_count()
+            + self.nodes.seen.len()
+            + self.pods.seen.len()
+    }
+
+    /// The next effect to carry out, in order.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// When [`Pipeline::tick`] must be called at the latest (besides any input).
+    pub fn next_wake(&self) -> Option<Time> {
+        let engine = self.engine.next_deadline();
+        let pacer = if self.may_act() {
+            self.pacer.next_release()
+        } else {
+            None
+        };
+        match (engine, pacer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // === Inputs ===
+
+    /// Time passed: fire due deadlines, start what the pacer lets go.
+    pub fn tick(&mut self, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        self.settle(now);
+    }
+
+    /// A listing (initial or relist) of a watch began.
+    pub fn listing_started(&mut self, what: Watched) {
+        match what {
+            Watched::Nodes => {
+                self.nodes.active = true;
+                self.nodes.seen.clear();
+            }
+            Watched::Pods => {
+                self.pods.active = true;
+                self.pods.seen.clear();
+            }
+        }
+    }
+
+    /// A listing completed: whatever it did not contain was deleted meanwhile. This holds for
+    /// the first listing too, which may follow one that failed half-way.
+    pub fn listing_done(&mut self, what: Watched, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        let removed = match what {
+            Watched::Nodes => {
+                let gone: Vec<String> = self
+                    .engine
+                    .node_names()
+                    .filter(|n| !self.nodes.seen.contains(*n))
+                    .map(str::to_string)
+                    .collect();
+                for name in &gone {
+                    self.delete_node_inner(name, now);
+                }
+                self.nodes = Listing {
+                    active: false,
+                    seen: HashSet::new(),
+                    done_once: true,
+                };
+                gone.len()
+            }
+            Watched::Pods => {
+                let gone: Vec<(String, String)> = self
+                    .engine
+                    .pods()
+                    .map(|v| (v.pod.namespace.to_string(), v.pod.name.to_string()))
+                    .filter(|k| !self.pods.seen.contains(k))
+                    .collect();
+                for (ns, name) in &gone {
+                    self.engine
+                        .delete_pod(ns, name, None, now, &mut self.actions);
+                    self.absorb(now, false);
+                }
+                self.pods = Listing {
+                    active: false,
+                    seen: HashSet::new(),
+                    done_once: true,
+                };
+                gone.len()
+            }
+        };
+        self.effects.push_back(Effect::Synced {
+            nodes: what == Watched::Nodes,
+            removed,
+        });
+        self.settle(now);
+    }
+
+    /// A node was added or updated; `released` is its brake-release annotation.
+    pub fn upsert_node(&mut self, node: &NodeObservation, released: bool, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        if self.nodes.active {
+            self.nodes.seen.insert(node.name.clone());
+        }
+        self.engine.upsert_node(node, now, &mut self.actions);
+        self.absorb(now, false);
+        self.set_node_released(&node.name, released);
+        self.settle(now);
+    }
+
+    pub fn delete_node(&mut self, name: &str, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        self.delete_node_inner(name, now);
+        self.settle(now);
+    }
+
+    fn delete_node_inner(&mut self, name: &str, now: Time) {
+        self.engine.delete_node(name, now, &mut self.actions);
+        self.absorb(now, false);
+        self.set_node_released(name, false);
+    }
+
+    /// A pod was added or updated.
+    pub fn upsert_pod(&mut self, pod: PodObservation, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        if self.pods.active {
+            self.pods
+                .seen
+                .insert((pod.namespace.clone(), pod.name.clone()));
+        }
+        let terminating = pod.terminating;
+        let key = (pod.namespace.clone(), pod.name.clone());
+        self.engine.upsert_pod(pod, now, &mut self.actions);
+        self.absorb(now, true);
+        if terminating {
+            self.drop_unstarted(&key.0, &key.1, now);
+        }
+        self.settle(now);
+    }
+
+    /// A pod was deleted (with `uid`, only that incarnation).
+    pub fn delete_pod(&mut self, namespace: &str, name: &str, uid: Option<&Uid>, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        self.engine
+            .delete_pod(namespace, name, uid, now, &mut self.actions);
+        self.absorb(now, false);
+        self.settle(now);
+    }
+
+    /// Leadership changed. Losing it stops every attempt in flight and parks the rest.
+    pub fn set_leading(&mut self, leading: bool, now: Time) {
+        if self.leading == leading {
+            return;
+        }
+        self.leading = leading;
+        if !leading {
+            self.stop_acting();
+        }
+        self.settle(now);
+    }
+
+    /// Stop acting for good (shutdown): every attempt in flight is told to stop.
+    pub fn shutdown(&mut self) {
+        self.leading = false;
+        self.stop_acting();
+    }
+
+    /// The executor's report on an attempt.
+    pub fn report(&mut self, report: AttemptReport, now: Time) {
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+        let Some(flight) = self.flights.remove(&report.attempt) else {
+            // Not ours, or reported twice: nothing to free.
+            self.settle(now);
+            return;
+        };
+        if self.busy.get(&flight.pod) == Some(&report.attempt) {
+            self.busy.remove(&flight.pod);
+        }
+        if let Some(next) = self.waiting.remove(&flight.pod)
+            && let Some(e) = self.entries.get_mut(&next)
+            && e.at == Where::WaitingForPod
+        {
+            e.at = Where::Queued;
+            if e.retry {
+                self.retries.push_front(next);
+            } else {
+                self.fresh.push_front(next);
+            }
+        }
+        let current = self
+            .entries
+            .get(&flight.eviction)
+            .is_some_and(|e| e.at == Where::InFlight(report.attempt));
+        if flight.cancelled || !current {
+            // The eviction was cancelled (or the report is late): its outcome changes nothing.
+            if current && report.result == AttemptResult::Cancelled {
+                // Stopped for leadership, not by the engine: the eviction goes on.
+                self.requeue(flight.eviction, now);
+            } else if current {
+                self.conclude(flight.eviction, report.result, now);
+            }
+            self.settle(now);
+            return;
+        }
+        self.conclude(flight.eviction, report.result, now);
+        self.settle(now);
+    }
+
+    // === Internals ===
+
+    fn conclude(&mut self, eviction: EvictionId, result: AttemptResult, now: Time) {
+        let outcome = match result {
+            AttemptResult::Evicted => Outcome::Evicted,
+            AttemptResult::WouldEvict | AttemptResult::Gone(_) => Outcome::Gone,
+            AttemptResult::Stale => Outcome::Stale,
+            AttemptResult::Cancelled => {
+                self.requeue(eviction, now);
+                return;
+            }
+            AttemptResult::Failed { refused, .. } => {
+                let jitter = self.jitter();
+                let Some(e) = self.entries.get_mut(&eviction) else {
+                    return;
+                };
+                e.failures += 1;
+                if refused {
+                    e.refused_since.get_or_insert(now);
+                } else {
+                    e.refused_since = None;
+                }
+                e.at = Where::Retrying;
+                Outcome::Failed {
+                    retry_at: now.plus(self.config.backoff.delay(e.failures, jitter)),
+                }
+            }
+        };
+        let Some(entry) = self.entries.get(&eviction) else {
+            return;
+        };
+        let report = Report {
+            namespace: entry.pod.namespace.clone(),
+            name: entry.pod.name.clone(),
+            eviction,
+            outcome,
+        };
+        if !matches!(outcome, Outcome::Failed { .. }) {
+            self.entries.remove(&eviction);
+        }
+        self.engine.report(&report, now, &mut self.actions);
+        self.absorb(now, false);
+    }
+
+    /// An attempt stopped without an answer; the eviction is still live: try again.
+    fn requeue(&mut self, eviction: EvictionId, now: Time) {
+        let may_act = self.may_act();
+        let Some(e) = self.entries.get_mut(&eviction) else {
+            return;
+        };
+        if may_act {
+            e.at = Where::Paced;
+            e.due_at = now;
+            let (node, deadline) = (e.pod.node.clone(), e.deadline);
+            self.pacer.offer(eviction, node, deadline, eviction);
+        } else {
+            e.at = Where::Parked;
+            self.parked.insert(eviction);
+        }
+    }
+
+    fn stop_acting(&mut self) {
+        let ids: Vec<AttemptId> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| !f.cancelled)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some(f) = self.flights.get_mut(&id) {
+                f.cancelled = true;
+            }
+            self.effects.push_back(Effect::Cancel(id));
+        }
+        // In-flight entries stay where they are: their attempt reports `Cancelled` (or how
+        // far it got) and they are parked then.
+        let mut park = Vec::new();
+        for (id, e) in &self.entries {
+            if matches!(e.at, Where::Paced | Where::Queued | Where::WaitingForPod) {
+                park.push(*id);
+            }
+        }
+        for id in park {
+            self.pacer.cancel(id);
+            if let Some(e) = self.entries.get_mut(&id) {
+                e.at = Where::Parked;
+                self.parked.insert(id);
+            }
+        }
+        self.fresh.clear();
+        self.retries.clear();
+        self.waiting.clear();
+        self.brake_announced = false;
+    }
+
+    /// A pod became terminating: evictions of it that have not started are dropped, as the
+    /// engine drops due ones (a second delete would only shorten its grace period).
+    fn drop_unstarted(&mut self, namespace: &str, name: &str, now: Time) {
+        let Some(view) = self.engine.pod_view(namespace, name) else {
+            return;
+        };
+        let Some(ev) = view.eviction.filter(|e| e.stage == Stage::InFlight) else {
+            return;
+        };
+        let Some(entry) = self.entries.get(&ev.id) else {
+            return;
+        };
+        if matches!(entry.at, Where::InFlight(_) | Where::Retrying) {
+            return;
+        }
+        let pod = entry.pod.clone();
+        self.forget(ev.id);
+        self.effects.push_back(Effect::Decided(Action::Skip {
+            pod: pod.clone(),
+            eviction: ev.id,
+            reason: SkipReason::AlreadyTerminating,
+        }));
+        let report = Report {
+            namespace: pod.namespace,
+            name: pod.name,
+            eviction: ev.id,
+            outcome: Outcome::Gone,
+        };
+        self.engine.report(&report, now, &mut self.actions);
+        self.absorb(now, false);
+    }
+
+    /// Remove an eviction from wherever it waits; an attempt in flight is told to stop.
+    fn forget(&mut self, eviction: EvictionId) {
+        let Some(entry) = self.entries.remove(&eviction) else {
+            return;
+        };
+        match entry.at {
+            Where::Parked => {
+                self.parked.remove(&eviction);
+            }
+            Where::Paced => {
+                self.pacer.cancel(eviction);
+            }
+            // Queued ones are skipped when they come up; a waiting one is dropped here.
+            Where::Queued | Where::Retrying => {}
+            Where::WaitingForPod => {
+                let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
+                if self.waiting.get(&key) == Some(&eviction) {
+                    self.waiting.remove(&key);
+                }
+            }
+            Where::InFlight(attempt) => {
+                if let Some(f) = self.flights.get_mut(&attempt)
+                    && !f.cancelled
+                {
+                    f.cancelled = true;
+                    self.effects.push_back(Effect::Cancel(attempt));
+                }
+            }
+        }
+    }
+
+    /// Carry the engine's actions into the pipeline. `pod_triggered`: they follow a pod event.
+    fn absorb(&mut self, now: Time, pod_triggered: bool) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for action in actions.drain(..) {
+            match &action {
+                Action::Cancel {
+                    pod,
+                    eviction,
+                    announce,
+                    ..
+                } => {
+                    self.forget(*eviction);
+                    if *announce
+                        && self.may_act()
+                        && let Some(event) = action.upstream_event()
+                    {
+                        self.effects.push_back(Effect::Decided(action.clone()));
+                        self.effects.push_back(Effect::PodEvent {
+                            pod: pod.clone(),
+                            event,
+                        });
+                        continue;
+                    }
+                }
+                Action::Evict {
+                    pod,
+                    eviction,
+                    deadline,
+                    retry,
+                    cause,
+                } => {
+                    let id = *eviction;
+                    let event = action.upstream_event();
+                    let immediate = pod_triggered
+                        && !retry
+                        && cause.as_ref().is_some_and(|c| c.verdict.is_immediate());
+                    match self.entries.get_mut(&id) {
+                        Some(e) => {
+                            // A retry of an eviction already tracked.
+                            e.retry = true;
+                            e.due_at = now;
+                        }
+                        None => {
+                            self.entries.insert(
+                                id,
+                                Entry {
+                                    pod: pod.clone(),
+                                    deadline: *deadline,
+                                    cause: cause.clone(),
+                                    immediate,
+                                    event,
+                                    failures: 0,
+                                    refused_since: None,
+                                    retry: *retry,
+                                    due_at: now,
+                                    at: Where::Parked,
+                                },
+                            );
+                        }
+                    }
+                    self.effects.push_back(Effect::Decided(action.clone()));
+                    if self.may_act() {
+                        if let Some(e) = self.entries.get_mut(&id) {
+                            e.at = Where::Paced;
+                        }
+                        self.pacer.offer(id, pod.node.clone(), *deadline, id);
+                        self.pace(now);
+                        if self.pacer.holds(id) {
+                            let by = self.held_by(pod.node.as_deref());
+                            self.effects.push_back(Effect::Held {
+                                pod: pod.clone(),
+                                eviction: id,
+                                by,
+                            });
+                        }
+                    } else {
+                        if let Some(e) = self.entries.get_mut(&id) {
+                            e.at = Where::Parked;
+                        }
+                        self.parked.insert(id);
+                    }
+                    continue;
+                }
+                Action::Schedule { .. } | Action::Skip { .. } => {}
+            }
+            self.effects.push_back(Effect::Decided(action));
+        }
+        // Keep the buffer's capacity.
+        self.actions = actions;
+    }
+
+    fn held_by(&self, node: Option<&str>) -> HeldBy {
+        let (nodes, tainted) = self.pacer.node_counts();
+        if self.pacer.braking() && !node.is_some_and(|n| self.pacer.is_released(n)) {
+            HeldBy::Brake { tainted, nodes }
+        } else {
+            HeldBy::RateLimit
+        }
+    }
+
+    fn set_node_released(&mut self, node: &str, released: bool) {
+        if self.pacer.config().brake.is_none() || self.pacer.is_released(node) == released {
+            return;
+        }
+        self.pacer.set_node_released(node, released);
+        if self.pacer.braking() {
+            self.effects.push_back(Effect::NodeRelease {
+                node: node.to_string(),
+                released,
+            });
+        }
+    }
+
+    /// After every input: unpark if acting, update the brake, start what may start.
+    fn settle(&mut self, now: Time) {
+        if self.may_act() && !self.parked.is_empty() {
+            let parked = std::mem::take(&mut self.parked);
+            self.effects.push_back(Effect::Unparked {
+                count: parked.len(),
+            });
+            for id in parked {
+                if let Some(e) = self.entries.get_mut(&id)
+                    && e.at == Where::Parked
+                {
+                    e.at = Where::Paced;
+                    let (node, deadline) = (e.pod.node.clone(), e.deadline);
+                    self.pacer.offer(id, node, deadline, id);
+                }
+            }
+        }
+        self.pace(now);
+    }
+
+    /// Update the brake from the engine's node counts, announce it, release from the pacer
+    /// into the queue and start attempts while slots are free.
+    fn pace(&mut self, now: Time) {
+        let (nodes, tainted) = self.engine.node_counts();
+        if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
+            self.effects.push_back(Effect::Brake(change));
+        }
+        if !self.may_act() {
+            return;
+        }
+        let braking = self.pacer.braking();
+        if braking != self.brake_announced {
+            self.brake_announced = braking;
+            // Nothing to announce when a leader takes over with the brake off.
+            let event = self.brake_event(braking);
+            self.effects.push_back(Effect::ControllerEvent(event));
+        }
+        let mut released = Vec::new();
+        self.pacer.release(now, &mut released);
+        for id in released {
+            if let Some(e) = self.entries.get_mut(&id)
+                && e.at == Where::Paced
+            {
+                e.at = Where::Queued;
+                if e.retry {
+                    self.retries.push_back(id);
+                } else {
+                    self.fresh.push_back(id);
+                }
+            }
+        }
+        self.start_attempts(now);
+    }
+
+    fn start_attempts(&mut self, now: Time) {
+        while self.flights.len() < self.config.concurrency.max(1) {
+            // Alternate between fresh work and retries when both wait.
+            let take_retry = match (self.fresh.is_empty(), self.retries.is_empty()) {
+                (true, true) => return,
+                (false, true) => false,
+                (true, false) => true,
+                (false, false) => self.retry_turn,
+            };
+            let next = if take_retry {
+                self.retries.pop_front()
+            } else {
+                self.fresh.pop_front()
+            };
+            self.retry_turn = !take_retry;
+            let Some(id) = next else {
+                return;
+            };
+            // Cancelled while queued: it was forgotten, so it is simply skipped.
+            let Some(entry) = self.entries.get_mut(&id) else {
+                continue;
+            };
+            if entry.at != Where::Queued {
+                continue;
+            }
+            let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
+            if self.busy.contains_key(&key) {
+                entry.at = Where::WaitingForPod;
+                self.waiting.insert(key, id);
+                continue;
+            }
+            let attempt = AttemptId(self.next_attempt);
+            self.next_attempt += 1;
+            entry.at = Where::InFlight(attempt);
+            let guard = self.config.stale_cache_guard && entry.immediate;
+            let fallback = self.config.mode == EvictionMode::Evict
+                && match (self.config.pdb_timeout, entry.refused_since) {
+                    (Some(limit), Some(since)) => now.since(since) >= limit,
+                    _ => false,
+                };
+            let finish = if self.config.dry_run {
+                Finish::Nothing
+            } else if self.config.mode == EvictionMode::Evict && !fallback {
+                Finish::Evict
+            } else {
+                Finish::Delete
+            };
+            let first = entry.failures == 0;
+            let generation = self
+                .engine
+                .pod_view(&entry.pod.namespace, &entry.pod.name)
+                .map_or(0, |v| v.generation);
+            let start = Attempt {
+                id: attempt,
+                pod: entry.pod.clone(),
+                eviction: id,
+                deadline: entry.deadline,
+                due_at: entry.due_at,
+                generation,
+                cause: entry.cause.clone(),
+                first: !entry.retry,
+                two_requests: first
+                    && finish == Finish::Delete
+                    && !fallback
+                    && !guard
+                    && self.config.mode == EvictionMode::Delete,
+                guard,
+                finish,
+                fallback,
+            };
+            if let Some(event) = entry.event.take() {
+                self.effects.push_back(Effect::PodEvent {
+                    pod: entry.pod.clone(),
+                    event,
+                });
+            }
+            self.flights.insert(
+                attempt,
+                Flight {
+                    eviction: id,
+                    pod: key.clone(),
+                    cancelled: false,
+                },
+            );
+            self.busy.insert(key, attempt);
+            self.effects.push_back(Effect::Start(start));
+        }
+    }
+
+    fn jitter(&mut self) -> f64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The brake's event about the controller, as the live controller records it.
+    pub fn brake_event(&self, braking: bool) -> UpstreamEvent {
+        let (nodes, tainted, share) = self.brake_counts();
+        let threshold = self.pacer.brake_threshold();
+        if braking {
+            let how = if self.config.release_brake {
+                "released by --release-brake: evictions continue".to_string()
+            } else {
+                format!(
+                    "evictions are paused ({} held); release nodes with the annotation {}=true, or restart with --release-brake",
+                    self.pacer.len(),
+                    RELEASE_ANNOTATION
+                )
+            };
+            UpstreamEvent {
+                type_: "Warning",
+                reason: "EvictionBrakeEngaged",
+                message: format!(
+                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, more than the brake threshold of {threshold}%: {how}"
+                ),
+            }
+        } else {
+            UpstreamEvent {
+                type_: "Normal",
+                reason: "EvictionBrakeReleased",
+                message: format!(
+                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, within the brake threshold of {threshold}%: evictions resume"
+                ),
+            }
+        }
+    }
+}
+
+/// The node annotation that releases the brake for that node's evictions.
+pub const RELEASE_ANNOTATION: &str = "noexecute.io/release-brake";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::taint::Taint;
+
+    fn t(ms: i64) -> Time {
+        Time::from_millis(ms)
+    }
+
+    fn drain(p: &mut Pipeline) -> Vec<Effect> {
+        std::iter::from_fn(|| p.poll_effect()).collect()
+    }
+
+    fn starts(effects: &[Effect]) -> Vec<Attempt> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Start(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn tainted(name: &str) -> NodeObservation {
+        NodeObservation {
+            name: name.into(),
+            taints: vec![Taint::no_execute("k", "v")],
+        }
+    }
+
+    #[test]
+    fn a_cancel_reaches_queued_and_in_flight_attempts() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            concurrency: 1,
+            ..PipelineConfig::default()
+        });
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        p.upsert_pod(PodObservation::new("ns", "b", "ub", Some("n")), t(0));
+        drain(&mut p);
+        p.upsert_node(&tainted("n"), false, t(1));
+        let effects = drain(&mut p);
+        let started = starts(&effects);
+        assert_eq!(started.len(), 1, "one slot: {effects:?}");
+        assert_eq!(p.queued(), 1);
+        // The node recovers: the queued one is dropped, the running one told to stop.
+        p.upsert_node(
+            &NodeObservation {
+                name: "n".into(),
+                taints: vec![],
+            },
+            false,
+            t(2),
+        );
+        let effects = drain(&mut p);
+        assert!(
+            effects.contains(&Effect::Cancel(started[0].id)),
+            "{effects:?}"
+        );
+        assert_eq!(p.queued(), 0);
+        // The stopped attempt reports; nothing else starts.
+        p.report(
+            AttemptReport {
+                attempt: started[0].id,
+                result: AttemptResult::Cancelled,
+            },
+            t(3),
+        );
+        assert!(starts(&drain(&mut p)).is_empty());
+        assert_eq!(p.footprint(), 0);
+    }
+
+    #[test]
+    fn refused_evictions_fall_back_to_delete_after_the_pdb_timeout() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            mode: EvictionMode::Evict,
+            pdb_timeout: Some(Duration::from_secs(5)),
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(&tainted("n"), false, t(0));
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        let mut now = 0;
+        let mut attempt = starts(&drain(&mut p)).remove(0);
+        assert_eq!(attempt.finish, Finish::Evict);
+        while attempt.finish == Finish::Evict {
+            p.report(
+                AttemptReport {
+                    attempt: attempt.id,
+                    result: AttemptResult::Failed {
+                        error: "500: multiple budgets".into(),
+                        refused: true,
+                    },
+                },
+                t(now),
+            );
+            drain(&mut p);
+            now = p.next_wake().map(Time::as_millis).unwrap_or(now);
+            p.tick(t(now));
+            attempt = starts(&drain(&mut p)).remove(0);
+        }
+        assert!(attempt.fallback && attempt.finish == Finish::Delete);
+        assert!(now >= 5_000, "fell back at {now} ms");
+    }
+}
