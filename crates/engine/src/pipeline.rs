@@ -1225,4 +1225,342 @@ mod tests {
         assert!(attempt.fallback && attempt.finish == Finish::Delete);
         assert!(now >= 5_000, "fell back at {now} ms");
     }
+
+    fn report(p: &mut Pipeline, a: &Attempt, result: AttemptResult, at: i64) {
+        p.report(
+            AttemptReport {
+                attempt: a.id,
+                result,
+            },
+            t(at),
+        );
+    }
+
+    fn toleration(seconds: Option<i64>) -> crate::toleration::Toleration {
+        let tol = crate::toleration::Toleration::exists("k", Some(crate::taint::Effect::NoExecute));
+        match seconds {
+            Some(s) => tol.for_seconds(s),
+            None => tol,
+        }
+    }
+
+    /// Issue 2: the guard's GET is in flight when the node's taint changes to one the pod
+    /// tolerates for 300 s; the guard answers Stale. The eviction must be scheduled again, not
+    /// lost.
+    #[test]
+    fn a_stale_guard_answer_after_a_taint_change_schedules_the_delayed_eviction() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            stale_cache_guard: true,
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(
+            &NodeObservation {
+                name: "n".into(),
+                taints: vec![Taint::no_execute("other", "")],
+            },
+            false,
+            t(0),
+        );
+        let pod = PodObservation::new("ns", "a", "ua", Some("n"))
+            .with_tolerations(vec![toleration(Some(300))]);
+        p.upsert_pod(pod, t(0));
+        let attempt = starts(&drain(&mut p)).remove(0);
+        assert!(
+            attempt.guard,
+            "a pod-triggered immediate eviction is guarded"
+        );
+        // The node now carries only the tolerated taint (the watch delivers it first).
+        p.upsert_node(&tainted("n"), false, t(100));
+        assert!(starts(&drain(&mut p)).is_empty());
+        report(&mut p, &attempt, AttemptResult::Stale, 200);
+        let effects = drain(&mut p);
+        assert!(
+            effects.iter().any(|e| matches!(e,
+                Effect::Decided(Action::Schedule { deadline, .. }) if *deadline == t(300_200))),
+            "rescheduled from the Stale answer: {effects:?}"
+        );
+        assert_eq!(p.engine().pending_count(), 1);
+    }
+
+    /// Issue 2 on a standby: the eviction was parked while the node changed; at takeover the
+    /// guarded attempt answers Stale and the delayed one is scheduled.
+    #[test]
+    fn a_parked_eviction_that_turns_stale_at_takeover_is_not_lost() {
+        let mut p = Pipeline::new(PipelineConfig {
+            stale_cache_guard: true,
+            ..PipelineConfig::default()
+        });
+        for w in [Watched::Nodes, Watched::Pods] {
+            p.listing_started(w);
+            p.listing_done(w, t(0));
+        }
+        p.upsert_node(
+            &NodeObservation {
+                name: "n".into(),
+                taints: vec![Taint::no_execute("other", "")],
+            },
+            false,
+            t(0),
+        );
+        p.upsert_pod(
+            PodObservation::new("ns", "a", "ua", Some("n"))
+                .with_tolerations(vec![toleration(Some(300))]),
+            t(0),
+        );
+        assert_eq!(p.parked(), 1);
+        p.upsert_node(&tainted("n"), false, t(60_000));
+        p.set_leading(true, t(120_000));
+        let attempt = starts(&drain(&mut p)).remove(0);
+        report(&mut p, &attempt, AttemptResult::Stale, 120_100);
+        assert!(drain(&mut p).iter().any(|e| matches!(e,
+            Effect::Decided(Action::Schedule { deadline, .. }) if *deadline == t(420_100))));
+    }
+
+    /// Issue 3: only "another UID" ends an Eviction-API eviction; every other refusal is
+    /// retried and then deleted after --pdb-timeout (see also the 500 test above).
+    #[test]
+    fn a_budget_conflict_is_retried_not_dropped() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            mode: EvictionMode::Evict,
+            pdb_timeout: Some(Duration::from_secs(1)),
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(&tainted("n"), false, t(0));
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        let a = starts(&drain(&mut p)).remove(0);
+        report(
+            &mut p,
+            &a,
+            AttemptResult::Failed {
+                error: "409: poddisruptionbudgets.policy modified".into(),
+                refused: true,
+            },
+            10,
+        );
+        assert_eq!(p.engine().pending_count(), 1, "still pending");
+        let mut now = 10;
+        let mut fallback = None;
+        for _ in 0..20 {
+            now = p.next_wake().map_or(now, Time::as_millis);
+            p.tick(t(now));
+            let Some(a) = starts(&drain(&mut p)).pop() else {
+                continue;
+            };
+            if a.fallback {
+                fallback = Some(a);
+                break;
+            }
+            report(
+                &mut p,
+                &a,
+                AttemptResult::Failed {
+                    error: "403: denied".into(),
+                    refused: true,
+                },
+                now,
+            );
+        }
+        let a = fallback.expect("a DELETE after the timeout");
+        assert_eq!(a.finish, Finish::Delete);
+        report(&mut p, &a, AttemptResult::Evicted, now);
+        assert_eq!(p.engine().pending_count(), 0);
+        assert_eq!(p.footprint(), 0);
+    }
+
+    /// Issue 4: losing the lease stops every attempt in flight and parks the queued ones; no
+    /// attempt starts until leadership returns, and then the parked ones do.
+    #[test]
+    fn losing_leadership_stops_attempts_and_parks_the_queue() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            concurrency: 1,
+            ..PipelineConfig::default()
+        });
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        p.upsert_pod(PodObservation::new("ns", "b", "ub", Some("n")), t(0));
+        p.upsert_node(&tainted("n"), false, t(0));
+        let a = starts(&drain(&mut p)).remove(0);
+        p.set_leading(false, t(10));
+        let effects = drain(&mut p);
+        assert!(effects.contains(&Effect::Cancel(a.id)));
+        assert!(starts(&effects).is_empty());
+        report(&mut p, &a, AttemptResult::Cancelled, 20);
+        assert!(
+            starts(&drain(&mut p)).is_empty(),
+            "nothing while not leading"
+        );
+        assert_eq!(p.parked(), 2);
+        p.set_leading(true, t(30));
+        let started = starts(&drain(&mut p));
+        assert_eq!(started.len(), 1, "one slot");
+        report(&mut p, &started[0], AttemptResult::Evicted, 40);
+        assert_eq!(starts(&drain(&mut p)).len(), 1, "then the other");
+    }
+
+    /// Issue 4: shutdown tells every attempt in flight to stop.
+    #[test]
+    fn shutdown_cancels_every_attempt_in_flight() {
+        let mut p = Pipeline::acting(PipelineConfig::default());
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        p.upsert_pod(PodObservation::new("ns", "b", "ub", Some("n")), t(0));
+        p.upsert_node(&tainted("n"), false, t(0));
+        let started = starts(&drain(&mut p));
+        assert_eq!(started.len(), 2);
+        p.shutdown();
+        let effects = drain(&mut p);
+        for a in &started {
+            assert!(effects.contains(&Effect::Cancel(a.id)));
+        }
+    }
+
+    /// Issue 5: a parked eviction of a pod that became terminating is dropped, not attempted
+    /// (nor announced) at takeover.
+    #[test]
+    fn a_pod_terminating_while_parked_is_not_attempted_at_takeover() {
+        let mut p = Pipeline::new(PipelineConfig::default());
+        for w in [Watched::Nodes, Watched::Pods] {
+            p.listing_started(w);
+            p.listing_done(w, t(0));
+        }
+        p.upsert_node(&tainted("n"), false, t(0));
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        assert_eq!(p.parked(), 1);
+        let mut gone = PodObservation::new("ns", "a", "ua", Some("n"));
+        gone.terminating = true;
+        p.upsert_pod(gone, t(10));
+        assert_eq!(p.parked(), 0);
+        p.set_leading(true, t(20));
+        let effects = drain(&mut p);
+        assert!(starts(&effects).is_empty(), "{effects:?}");
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::PodEvent { .. })),
+            "no event either"
+        );
+        assert_eq!(p.footprint(), 0);
+    }
+
+    /// Issue 5: retries and fresh work alternate, so failing pods cannot starve the others.
+    #[test]
+    fn retries_cannot_starve_fresh_evictions() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            concurrency: 1,
+            backoff: Backoff {
+                initial: Duration::ZERO,
+                max: Duration::ZERO,
+            },
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(&tainted("n"), false, t(0));
+        p.upsert_pod(PodObservation::new("ns", "bad", "u0", Some("n")), t(0));
+        for i in 0..3 {
+            p.upsert_pod(
+                PodObservation::new("ns", &format!("ok{i}"), &format!("u{}", i + 1), Some("n")),
+                t(0),
+            );
+        }
+        // "bad" fails every time, at once; the others succeed.
+        let mut order = Vec::new();
+        let mut now = 0;
+        while order
+            .iter()
+            .filter(|n: &&String| n.starts_with("ok"))
+            .count()
+            < 3
+            && now < 100
+        {
+            now += 1;
+            p.tick(t(now));
+            for a in starts(&drain(&mut p)) {
+                order.push(a.pod.name.to_string());
+                let result = if &*a.pod.name == "bad" {
+                    AttemptResult::Failed {
+                        error: "webhook denied".into(),
+                        refused: false,
+                    }
+                } else {
+                    AttemptResult::Evicted
+                };
+                report(&mut p, &a, result, now);
+            }
+        }
+        let bad = order.iter().filter(|n| *n == "bad").count();
+        assert!(
+            bad <= 4,
+            "the failing pod took {bad} of {} starts: {order:?}",
+            order.len()
+        );
+    }
+
+    /// Issue 6: a first listing that failed half-way, then a complete one that no longer has a
+    /// pod or node: neither stays behind.
+    #[test]
+    fn a_failed_first_listing_leaves_no_ghosts() {
+        let mut p = Pipeline::new(PipelineConfig::default());
+        p.listing_started(Watched::Nodes);
+        p.upsert_node(&tainted("ghost-node"), false, t(0));
+        p.upsert_node(&tainted("n"), false, t(0));
+        p.listing_started(Watched::Pods);
+        p.upsert_pod(PodObservation::new("ns", "ghost", "ug", Some("n")), t(0));
+        // Both listings fail and start again; the second ones are complete.
+        p.listing_started(Watched::Nodes);
+        p.upsert_node(&tainted("n"), false, t(1));
+        p.listing_done(Watched::Nodes, t(1));
+        p.listing_started(Watched::Pods);
+        p.upsert_pod(PodObservation::new("ns", "real", "ur", Some("n")), t(1));
+        p.listing_done(Watched::Pods, t(1));
+        assert!(!p.engine().node_exists("ghost-node"));
+        assert!(p.engine().pod_view("ns", "ghost").is_none());
+        assert!(p.engine().pod_view("ns", "real").is_some());
+        assert_eq!(p.engine().node_counts(), (1, 1));
+    }
+
+    /// Issue 7: node churn under a per-node rate limit and failures leaves nothing behind.
+    #[test]
+    fn churn_leaves_nothing_behind() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            pace: PaceConfig {
+                node_rate: Some(crate::pace::Rate {
+                    per_second: 1.0,
+                    burst: 2,
+                }),
+                ..PaceConfig::default()
+            },
+            ..PipelineConfig::default()
+        });
+        let mut now = 0;
+        for round in 0..200 {
+            let node = format!("n{round}");
+            p.upsert_node(&tainted(&node), false, t(now));
+            p.upsert_pod(
+                PodObservation::new(
+                    "ns",
+                    &format!("p{round}"),
+                    &format!("u{round}"),
+                    Some(&node),
+                ),
+                t(now),
+            );
+            for a in starts(&drain(&mut p)) {
+                let result = if round % 2 == 0 {
+                    AttemptResult::Evicted
+                } else {
+                    AttemptResult::Failed {
+                        error: "boom".into(),
+                        refused: true,
+                    }
+                };
+                report(&mut p, &a, result, now);
+            }
+            p.delete_pod("ns", &format!("p{round}"), None, t(now + 1));
+            p.delete_node(&node, t(now + 1));
+            now += 100;
+            p.tick(t(now));
+            drain(&mut p);
+            // Node queues whose bucket still refills (1 s at 100 ms a round) and nothing else.
+            assert!(p.footprint() <= 16, "round {round}: {}", p.footprint());
+        }
+        p.tick(t(now + 10_000));
+        drain(&mut p);
+        assert_eq!(p.footprint(), 0);
+        assert_eq!(p.tracked(), 0);
+    }
 }
