@@ -1124,6 +1124,7 @@ impl Pipeline {
 pub const RELEASE_ANNOTATION: &str = "noexecute.io/release-brake";
 
 #[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::taint::Taint;
