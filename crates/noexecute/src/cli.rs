@@ -68,29 +68,7 @@ impl SourceArgs {
     }
 }
 
-/// A kube client from an explicit kubeconfig, or the default chain.
-pub async fn client(
-    kubeconfig: Option<&std::path::Path>,
-    context: Option<&str>,
-) -> Result<kube::Client> {
-    use kube::config::{KubeConfigOptions, Kubeconfig};
-    let options = KubeConfigOptions {
-        context: context.map(str::to_string),
-        ..KubeConfigOptions::default()
-    };
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &options).await?
-        }
-        None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
-        None => kube::Config::infer()
-            .await
-            .context("finding a kubeconfig or in-cluster config")?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
+pub use crate::client::client;
 
 /// The hypothetical taints of `plan` and `explain`.
 #[derive(Debug, Args, Clone, Default)]

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod convert;
 pub mod explain;

@@ -47,8 +47,9 @@ pub struct Driver {
     /// Held while evictions wait for an executor slot: events yield to them.
     limiter: Arc<RateLimiter>,
     backlog: Option<Hold>,
-    /// When the gauges may be refreshed next.
+    /// When the pending gauge may be refreshed next, and whether a refresh was skipped.
     gauges_at: Option<std::time::Instant>,
+    gauges_stale: bool,
 }
 
 /// Why the loop stopped.
@@ -87,6 +88,7 @@ impl Driver {
             limiter,
             backlog: None,
             gauges_at: None,
+            gauges_stale: false,
         }
     }
 
@@ -108,7 +110,10 @@ impl Driver {
             self.carry_out();
             let now = self.clock.now();
             self.health.beat(std::time::Instant::now());
-            let heartbeat = std::time::Instant::now() + HEARTBEAT;
+            let heartbeat = match self.gauges_at {
+                Some(at) if self.gauges_stale => at,
+                _ => std::time::Instant::now() + HEARTBEAT,
+            };
             let wake = self
                 .pipeline
                 .next_wake()
@@ -198,12 +203,6 @@ impl Driver {
         } else {
             self.backlog = None;
         }
-        // The gauges cost a pass over what is pending: at most four times a second.
-        let now = std::time::Instant::now();
-        if self.gauges_at.is_some_and(|at| now < at) {
-            return;
-        }
-        self.gauges_at = Some(now + Duration::from_millis(250));
         self.health
             .synced
             .store(self.pipeline.synced(), std::sync::atomic::Ordering::Relaxed);
@@ -216,9 +215,19 @@ impl Driver {
         self.metrics
             .brake_engaged
             .set(i64::from(self.pipeline.braking()));
-        self.metrics
-            .pending_evictions
-            .set(self.pipeline.pending() as i64);
+        // The pending gauge costs a pass over the due evictions: at most four times a second,
+        // and the loop wakes for a refresh it skipped.
+        let now = std::time::Instant::now();
+        match self.gauges_at {
+            Some(at) if now < at => self.gauges_stale = true,
+            _ => {
+                self.gauges_at = Some(now + Duration::from_millis(250));
+                self.gauges_stale = false;
+                self.metrics
+                    .pending_evictions
+                    .set(self.pipeline.pending() as i64);
+            }
+        }
     }
 
     fn effect(&mut self, effect: Effect) {
@@ -290,7 +299,6 @@ impl Driver {
                 tracing::info!(count, "acting on evictions decided while not leading");
             }
             Effect::Synced { nodes, removed } => {
-                self.gauges_at = None;
                 let what = if nodes { "nodes" } else { "pods" };
                 tracing::info!(
                     removed,

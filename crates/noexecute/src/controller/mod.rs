@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use noexecute_engine::Pipeline;
 use prometheus_client::registry::Registry;
@@ -173,27 +173,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     args.validate()?;
     let policy = args.policy.resolve()?;
     let identity = args.identity();
-    let mut config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            let options = kube::config::KubeConfigOptions {
-                context: args.context.clone(),
-                ..Default::default()
-            };
-            kube::Config::from_custom_kubeconfig(kc, &options).await?
-        }
-        None if args.context.is_some() => {
-            let options = kube::config::KubeConfigOptions {
-                context: args.context.clone(),
-                ..Default::default()
-            };
-            kube::Config::from_kubeconfig(&options).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding a kubeconfig or in-cluster config")?,
-    };
+    let mut config =
+        crate::client::config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     // Our retries are the executor's, visible and counted; kube's would hide 429s and 5xx
     // behind up to 15 silent attempts.
     config.default_retry = false;
