@@ -26,7 +26,7 @@
 //!   all keep it until the engine drops it or an attempt concludes it;
 //! - what it holds is bounded by the pending evictions and the executor's concurrency.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -248,8 +248,8 @@ enum Where {
     Parked,
     /// In the pacer.
     Paced,
-    /// Released by the pacer, waiting for an executor slot.
-    Queued,
+    /// Released by the pacer, waiting for an executor slot (at this place in its queue).
+    Queued(i64),
     /// Waiting for an earlier attempt on the same pod to report.
     WaitingForPod,
     InFlight(AttemptId),
@@ -298,9 +298,13 @@ pub struct Pipeline {
     pacer: Pacer<EvictionId>,
     entries: HashMap<EvictionId, Entry>,
     parked: BTreeSet<EvictionId>,
-    /// Released by the pacer, in order; retries apart, so that they cannot starve fresh work.
-    fresh: VecDeque<EvictionId>,
-    retries: VecDeque<EvictionId>,
+    /// Released by the pacer, in order (by a sequence number, so that a cancel removes an
+    /// eviction in O(log n)); retries apart, so that they cannot starve fresh work.
+    fresh: BTreeMap<i64, EvictionId>,
+    retries: BTreeMap<i64, EvictionId>,
+    /// The next sequence numbers at the back and (going down) at the front of the queues.
+    back: i64,
+    front: i64,
     retry_turn: bool,
     flights: HashMap<AttemptId, Flight>,
     /// Pods with an attempt in flight.
@@ -327,8 +331,10 @@ impl Pipeline {
             pacer,
             entries: HashMap::new(),
             parked: BTreeSet::new(),
-            fresh: VecDeque::new(),
-            retries: VecDeque::new(),
+            fresh: BTreeMap::new(),
+            retries: BTreeMap::new(),
+            back: 1,
+            front: 0,
             retry_turn: false,
             flights: HashMap::new(),
             busy: HashMap::new(),
@@ -406,7 +412,7 @@ impl Pipeline {
     pub fn queued(&self) -> usize {
         self.entries
             .values()
-            .filter(|e| matches!(e.at, Where::Queued | Where::WaitingForPod))
+            .filter(|e| matches!(e.at, Where::Queued(_) | Where::WaitingForPod))
             .count()
     }
 
@@ -637,11 +643,13 @@ impl Pipeline {
             && let Some(e) = self.entries.get_mut(&next)
             && e.at == Where::WaitingForPod
         {
-            e.at = Where::Queued;
+            let seq = self.front;
+            self.front -= 1;
+            e.at = Where::Queued(seq);
             if e.retry {
-                self.retries.push_front(next);
+                self.retries.insert(seq, next);
             } else {
-                self.fresh.push_front(next);
+                self.fresh.insert(seq, next);
             }
         }
         let current = self
@@ -741,7 +749,7 @@ impl Pipeline {
         // far it got) and they are parked then.
         let mut park = Vec::new();
         for (id, e) in &self.entries {
-            if matches!(e.at, Where::Paced | Where::Queued | Where::WaitingForPod) {
+            if matches!(e.at, Where::Paced | Where::Queued(_) | Where::WaitingForPod) {
                 park.push(*id);
             }
         }
@@ -802,8 +810,15 @@ impl Pipeline {
             Where::Paced => {
                 self.pacer.cancel(eviction);
             }
-            // Queued ones are skipped when they come up; a waiting one is dropped here.
-            Where::Queued | Where::Retrying => {}
+            Where::Queued(seq) => {
+                let queue = if entry.retry {
+                    &mut self.retries
+                } else {
+                    &mut self.fresh
+                };
+                queue.remove(&seq);
+            }
+            Where::Retrying => {}
             Where::WaitingForPod => {
                 let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
                 if self.waiting.get(&key) == Some(&eviction) {
@@ -904,7 +919,10 @@ impl Pipeline {
                     }
                     continue;
                 }
-                Action::Schedule { .. } | Action::Skip { .. } => {}
+                // A due eviction (a retry too) of a pod already terminating: the engine
+                // dropped it, and so does the pipeline.
+                Action::Skip { eviction, .. } => self.forget(*eviction),
+                Action::Schedule { .. } => {}
             }
             self.effects.push_back(Effect::Decided(action));
         }
@@ -977,11 +995,13 @@ impl Pipeline {
             if let Some(e) = self.entries.get_mut(&id)
                 && e.at == Where::Paced
             {
-                e.at = Where::Queued;
+                let seq = self.back;
+                self.back += 1;
+                e.at = Where::Queued(seq);
                 if e.retry {
-                    self.retries.push_back(id);
+                    self.retries.insert(seq, id);
                 } else {
-                    self.fresh.push_back(id);
+                    self.fresh.insert(seq, id);
                 }
             }
         }
@@ -998,19 +1018,19 @@ impl Pipeline {
                 (false, false) => self.retry_turn,
             };
             let next = if take_retry {
-                self.retries.pop_front()
+                self.retries.pop_first()
             } else {
-                self.fresh.pop_front()
-            };
+                self.fresh.pop_first()
+            }
+            .map(|(_, id)| id);
             self.retry_turn = !take_retry;
             let Some(id) = next else {
                 return;
             };
-            // Cancelled while queued: it was forgotten, so it is simply skipped.
             let Some(entry) = self.entries.get_mut(&id) else {
                 continue;
             };
-            if entry.at != Where::Queued {
+            if !matches!(entry.at, Where::Queued(_)) {
                 continue;
             }
             let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
