@@ -254,6 +254,55 @@ async fn eviction_mode_respects_budgets_and_falls_back_after_the_pdb_timeout() -
     ns.cleanup().await
 }
 
+/// A pod matched by two PodDisruptionBudgets: the Eviction API answers 500 ("more than one
+/// PodDisruptionBudget") however often it is asked. That refusal counts towards --pdb-timeout
+/// like a budget's 429: the pod is deleted once the timeout has passed, not retried forever.
+#[tokio::test]
+async fn eviction_mode_deletes_a_pod_under_two_budgets_after_the_pdb_timeout() -> Result<()> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let (plane, ns) = namespace("pdb-two").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    ready_pod(&ns, "double", &node, "double").await?;
+    pdb(&ns, "double", 0, 1).await?;
+    let second: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "double-again"},
+        "spec": {"minAvailable": 0, "selector": {"matchLabels": {"app": "double"}}}
+    }))?;
+    kube::Api::<PodDisruptionBudget>::namespaced(ns.client.clone(), &ns.name)
+        .create(&Default::default(), &second)
+        .await?;
+    let c = controller(
+        plane,
+        &ns,
+        "evict",
+        &["--eviction-mode", "evict", "--pdb-timeout", "3s"],
+    )
+    .await?;
+    let tainted = Instant::now();
+    add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
+    assert_not_evicted_for(&ns.pods(), "double", Duration::from_secs(2)).await?;
+    let evicted = wait_evicted(&ns.pods(), "double", Duration::from_secs(15)).await?;
+    let after = evicted.seen_at.duration_since(tainted);
+    println!("pod under two budgets deleted {after:?} after the taint (pdb-timeout 3 s)");
+    assert!(after >= Duration::from_secs(3), "{after:?}");
+    let reason = evicted
+        .last
+        .as_ref()
+        .and_then(|p| condition(p, "DisruptionTarget"))
+        .and_then(|c| c.reason.clone());
+    assert_eq!(
+        reason.as_deref(),
+        Some("DeletionByTaintManager"),
+        "our DELETE"
+    );
+    assert_eq!(c.metric("noexecute_pdb_timeouts_total").await?, Some(1.0));
+    assert!(
+        c.log_text().contains("more than one PodDisruptionBudget"),
+        "the 500 was seen and logged"
+    );
+    ns.cleanup().await
+}
+
 #[tokio::test]
 async fn eviction_mode_without_timeout_never_breaks_a_budget() -> Result<()> {
     let (plane, ns) = namespace("pdb-hold").await?;

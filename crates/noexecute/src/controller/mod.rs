@@ -178,6 +178,14 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // Our retries are the executor's, visible and counted; kube's would hide 429s and 5xx
     // behind up to 15 silent attempts.
     config.default_retry = false;
+    // Who is calling, as audit logs and API server metrics show it: the replica's identity,
+    // so that two replicas' requests can be told apart.
+    if let Ok(agent) = axum::http::HeaderValue::from_str(&format!(
+        "noexecute/{} ({identity})",
+        env!("CARGO_PKG_VERSION")
+    )) {
+        config.headers.push((axum::http::header::USER_AGENT, agent));
+    }
     let client = kube::Client::try_from(config)?;
 
     let shutdown = CancellationToken::new();
