@@ -627,14 +627,16 @@ impl Pipeline {
         self.stop_acting();
     }
 
-    /// The executor's report on an attempt.
-    pub fn report(&mut self, report: AttemptReport, now: Time) {
+    /// The executor's report on an attempt. Returns whether it concluded a live eviction
+    /// (false for an attempt that was cancelled, replaced or unknown: its outcome changes
+    /// nothing, and it should not be counted as a retry or an avoided eviction).
+    pub fn report(&mut self, report: AttemptReport, now: Time) -> bool {
         self.engine.advance(now, &mut self.actions);
         self.absorb(now, false);
         let Some(flight) = self.flights.remove(&report.attempt) else {
             // Not ours, or reported twice: nothing to free.
             self.settle(now);
-            return;
+            return false;
         };
         if self.busy.get(&flight.pod) == Some(&report.attempt) {
             self.busy.remove(&flight.pod);
@@ -665,10 +667,11 @@ impl Pipeline {
                 self.conclude(flight.eviction, report.result, now);
             }
             self.settle(now);
-            return;
+            return false;
         }
         self.conclude(flight.eviction, report.result, now);
         self.settle(now);
+        true
     }
 
     // === Internals ===
@@ -688,10 +691,10 @@ impl Pipeline {
                     return;
                 };
                 e.failures += 1;
+                // The --pdb-timeout clock runs from the first refusal; a transient failure in
+                // between (or of the fallback DELETE itself) does not restart it.
                 if refused {
                     e.refused_since.get_or_insert(now);
-                } else {
-                    e.refused_since = None;
                 }
                 e.at = Where::Retrying;
                 Outcome::Failed {
@@ -1386,6 +1389,65 @@ mod tests {
         report(&mut p, &a, AttemptResult::Evicted, now);
         assert_eq!(p.engine().pending_count(), 0);
         assert_eq!(p.footprint(), 0);
+    }
+
+    /// A transient failure between refusals (a timed-out Eviction) does not restart the
+    /// --pdb-timeout clock, nor does a failed fallback DELETE send the eviction back.
+    #[test]
+    fn the_pdb_clock_runs_from_the_first_refusal() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            mode: EvictionMode::Evict,
+            pdb_timeout: Some(Duration::from_secs(2)),
+            backoff: Backoff {
+                initial: Duration::from_millis(500),
+                max: Duration::from_millis(500),
+            },
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(&tainted("n"), false, t(0));
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        let mut a = starts(&drain(&mut p)).remove(0);
+        let mut now = 0;
+        let mut results = vec![
+            AttemptResult::Failed {
+                error: "429".into(),
+                refused: true,
+            },
+            AttemptResult::Failed {
+                error: "timed out".into(),
+                refused: false,
+            },
+        ]
+        .into_iter();
+        let mut seen = Vec::new();
+        while now < 10_000 {
+            seen.push((now, a.finish, a.fallback));
+            let result = results.next().unwrap_or(AttemptResult::Failed {
+                error: "still failing".into(),
+                refused: !a.fallback,
+            });
+            report(&mut p, &a, result, now);
+            drain(&mut p);
+            now = p.next_wake().map_or(now + 1, Time::as_millis);
+            p.tick(t(now));
+            a = match starts(&drain(&mut p)).pop() {
+                Some(a) => a,
+                None => break,
+            };
+        }
+        let first_fallback = seen.iter().find(|(_, _, f)| *f).map(|(at, _, _)| *at);
+        assert!(
+            first_fallback.is_some_and(|at| (2_000..3_000).contains(&at)),
+            "{seen:?}"
+        );
+        // Once falling back, it stays a DELETE.
+        let after: Vec<_> = seen.iter().skip_while(|(_, _, f)| !f).collect();
+        assert!(
+            after
+                .iter()
+                .all(|(_, finish, f)| *f && *finish == Finish::Delete),
+            "{seen:?}"
+        );
     }
 
     /// Issue 4: losing the lease stops every attempt in flight and parks the queued ones; no

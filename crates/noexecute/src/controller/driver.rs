@@ -13,7 +13,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::watcher;
 use noexecute_engine::pace::BrakeChange;
-use noexecute_engine::pipeline::{AttemptId, AttemptReport, Effect, HeldBy, Watched};
+use noexecute_engine::pipeline::{
+    AttemptId, AttemptReport, AttemptResult, Effect, HeldBy, Watched,
+};
 use noexecute_engine::{Action, Pipeline};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +29,12 @@ use super::metrics::Metrics;
 use super::ratelimit::{Hold, RateLimiter};
 use super::watch::{NodeEvent, PodEvent};
 use crate::convert;
+
+/// Any failure (for comparing result kinds).
+const FAILED: AttemptResult = AttemptResult::Failed {
+    error: String::new(),
+    refused: false,
+};
 
 /// The heartbeat's period: the loop turns at least this often.
 const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -141,7 +149,15 @@ impl Driver {
                 },
                 Some(report) = report_rx.recv() => {
                     self.attempts.remove(&report.attempt);
-                    self.pipeline.report(report, self.clock.now());
+                    let kind = std::mem::discriminant(&report.result);
+                    let live = self.pipeline.report(report, self.clock.now());
+                    // An attempt the pipeline had cancelled is neither retried nor avoided.
+                    if live && kind == std::mem::discriminant(&AttemptResult::Stale) {
+                        self.metrics.stale_evictions_avoided.inc();
+                    }
+                    if live && kind == std::mem::discriminant(&FAILED) {
+                        self.metrics.eviction_retries.inc();
+                    }
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
                     self.pipeline.tick(self.clock.now());

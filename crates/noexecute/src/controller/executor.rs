@@ -155,6 +155,9 @@ impl Executor {
     fn record(&self, a: &Attempt, result: &AttemptResult) {
         match result {
             AttemptResult::Evicted => {
+                if a.fallback {
+                    self.metrics.pdb_timeouts.inc();
+                }
                 self.metrics.pod_deletions.inc();
                 self.metrics
                     .pod_deletion_duration
@@ -165,15 +168,14 @@ impl Executor {
                 self.metrics.dry_run_evictions.inc();
                 tracing::info!(pod = %a.pod, uid = %a.pod.uid, "dry run: would evict pod");
             }
+            // Counted by the driver, only when the pipeline takes the report as live.
             AttemptResult::Stale => {
-                self.metrics.stale_evictions_avoided.inc();
                 tracing::info!(pod = %a.pod, node = ?a.pod.node, "the node's fresh taints do not justify the eviction; dropped (stale cache)");
             }
             AttemptResult::Gone(why) => {
                 tracing::info!(pod = %a.pod, why = why.as_str(), "nothing to evict");
             }
             AttemptResult::Failed { error, .. } => {
-                self.metrics.eviction_retries.inc();
                 tracing::warn!(pod = %a.pod, %error, "eviction attempt failed; will retry");
             }
             AttemptResult::Cancelled => {
@@ -260,7 +262,6 @@ impl Executor {
             Finish::Evict => self.evict(a, &uid, cancel).await,
             Finish::Delete => {
                 if a.fallback {
-                    self.metrics.pdb_timeouts.inc();
                     tracing::warn!(pod = %a.pod, "the Eviction API refused this eviction for longer than --pdb-timeout; deleting");
                 }
                 self.patch_and_delete(&api, a, &pod, &uid, cancel).await
@@ -412,51 +413,51 @@ impl Executor {
         let Some(node) = a.pod.node.as_deref() else {
             return Ok(true);
         };
-        let cached = self.node_reads.lock().ok().and_then(|c| {
-            c.get(node)
-                .filter(|(at, _)| at.elapsed() < self.config.node_read_ttl)
-                .map(|(_, t)| t.clone())
-        });
-        let taints = match cached {
-            Some(t) => t,
-            None => {
-                let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-                let fresh = match self.call("get", cancel, api.get(node)).await {
-                    Ok(n) => n,
-                    // The node is gone: its taints no longer speak for anything.
-                    Err(CallError::Status(404, _)) => return Ok(false),
-                    Err(e) => return Err(e),
-                };
-                let taints: Vec<noexecute_engine::Taint> = fresh
-                    .spec
-                    .and_then(|s| s.taints)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(crate::convert::taint)
-                    .filter(|t| t.is_no_execute())
-                    .collect();
-                if let Ok(mut c) = self.node_reads.lock() {
-                    if c.len() > 10_000 {
-                        c.clear();
-                    }
-                    c.insert(
-                        node.to_string(),
-                        (std::time::Instant::now(), taints.clone()),
-                    );
-                }
-                taints
-            }
-        };
-        if taints.is_empty() {
-            return Ok(false);
-        }
         let tolerations: Vec<noexecute_engine::Toleration> = pod
             .spec
             .tolerations
             .iter()
             .map(crate::convert::toleration)
             .collect();
-        Ok(verdict(&taints, &tolerations, self.config.comparison_operators).is_immediate())
+        let justifies = |taints: &[noexecute_engine::Taint]| {
+            !taints.is_empty()
+                && verdict(taints, &tolerations, self.config.comparison_operators).is_immediate()
+        };
+        // A read shared from another pod's attempt may confirm an eviction, never drop one:
+        // only a read made after this attempt began may say the eviction is stale.
+        let cached = self.node_reads.lock().ok().and_then(|c| {
+            c.get(node)
+                .filter(|(at, _)| at.elapsed() < self.config.node_read_ttl)
+                .map(|(_, t)| t.clone())
+        });
+        if cached.as_deref().is_some_and(justifies) {
+            return Ok(true);
+        }
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let fresh = match self.call("get", cancel, api.get(node)).await {
+            Ok(n) => n,
+            // The node is gone: its taints no longer speak for anything.
+            Err(CallError::Status(404, _)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let taints: Vec<noexecute_engine::Taint> = fresh
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .map(crate::convert::taint)
+            .filter(|t| t.is_no_execute())
+            .collect();
+        if let Ok(mut c) = self.node_reads.lock() {
+            if c.len() > 10_000 {
+                c.clear();
+            }
+            c.insert(
+                node.to_string(),
+                (std::time::Instant::now(), taints.clone()),
+            );
+        }
+        Ok(justifies(&taints))
     }
 }
 

@@ -323,7 +323,10 @@ pub async fn run(
                 elector.release().await;
                 return Ok(());
             }
-            _ = tokio::time::sleep(cfg.retry_period) => {}
+            // Never sleep past the renew deadline: the fence must drop on time.
+            _ = tokio::time::sleep(cfg.retry_period.min(
+                (last_renew + cfg.renew_deadline).saturating_duration_since(Instant::now()),
+            )) => {}
         }
         let remaining = (last_renew + cfg.renew_deadline).saturating_duration_since(Instant::now());
         let attempt = tokio::time::timeout(
