@@ -114,6 +114,50 @@ impl Plane {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// Start the whole plane `name` (`scripts/cluster up --full`): every kube-controller-manager
+    /// controller but taint-eviction-controller (all of them with `upstream`), kube-scheduler,
+    /// and one kwok per zone for `zones` × `nodes_per_zone` simulated nodes named
+    /// `zone-a-0`, `zone-a-1`, …, labelled `topology.kubernetes.io/zone=zone-a`, ….
+    pub fn full(name: &str, zones: u32, nodes_per_zone: u32, upstream: bool) -> Result<Plane> {
+        let root = repo_root();
+        let state_dir = root.join("target").join(format!("cluster-{name}"));
+        let mut cmd = Command::new(root.join("scripts/cluster"));
+        cmd.arg("up")
+            .arg("--full")
+            .arg(format!("--zones={zones}"))
+            .arg(format!("--nodes-per-zone={nodes_per_zone}"))
+            .env("NOEXECUTE_CLUSTER_DIR", &state_dir);
+        if upstream {
+            cmd.arg("--upstream");
+        }
+        let output = cmd.output().context("running scripts/cluster up --full")?;
+        if !output.status.success() {
+            bail!(
+                "scripts/cluster up --full failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let env = read_env(&state_dir.join("env"))?;
+        Ok(Plane {
+            name: name.to_string(),
+            kubeconfig: state_dir.join("kubeconfig"),
+            controller_kubeconfig: state_dir.join("controller.kubeconfig"),
+            state_dir,
+            env,
+        })
+    }
+
+    /// Stop a zone's kwok: its nodes stop renewing their Leases.
+    pub fn zone_down(&self, zone: &str) -> Result<()> {
+        self.script(&["zone-down", zone]).map(|_| ())
+    }
+
+    /// Start a zone's kwok again: its nodes come back Ready.
+    pub fn zone_up(&self, zone: &str) -> Result<()> {
+        self.script(&["zone-up", zone]).map(|_| ())
+    }
+
     /// Stop the plane named `name` if it runs, and remove its state.
     pub fn reset(name: &str) -> Result<()> {
         let root = repo_root();
