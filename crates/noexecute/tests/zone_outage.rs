@@ -1,0 +1,438 @@
+//! A zone outage end to end, on a whole plane (`scripts/cluster up --full`): every
+//! kube-controller-manager controller but taint-eviction-controller, kube-scheduler, and one
+//! kwok per zone. Nothing taints by hand: stopping zone a's kwok stops its nodes' Leases,
+//! node-lifecycle-controller taints them `unreachable`, noexecute evicts, the ReplicaSet
+//! replaces the pods and the scheduler puts them in zones b and c.
+//!
+//! The API server's default not-ready/unreachable tolerations are 5 s on this plane (300 s in a
+//! real cluster), so ordinary pods go 5 s after the taint.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::watcher;
+use noexecute_testkit::*;
+
+const REPLICAS: usize = 30;
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+const NOT_READY: &str = "node.kubernetes.io/not-ready";
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_noexecute"))
+}
+
+/// When each pod of the namespace was first seen evicted (wall clock, to compare with a
+/// taint's `timeAdded`).
+type Seen = Arc<Mutex<BTreeMap<String, SystemTime>>>;
+
+fn watch_evictions(pods: Api<Pod>) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(pods, watcher::Config::default()).boxed();
+        while let Ok(Some(event)) = stream.try_next().await {
+            let (pod, gone) = match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                watcher::Event::Delete(p) => (p, true),
+                _ => continue,
+            };
+            if gone || pod.metadata.deletion_timestamp.is_some() {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if let Ok(mut s) = sink.lock() {
+                    s.entry(name).or_insert_with(SystemTime::now);
+                }
+            }
+        }
+    });
+    (seen, task)
+}
+
+fn evicted(seen: &Seen, name: &str) -> Option<SystemTime> {
+    seen.lock().ok()?.get(name).copied()
+}
+
+fn toleration(key: &str, seconds: Option<i64>) -> serde_json::Value {
+    let mut t = serde_json::json!({"key": key, "operator": "Exists", "effect": "NoExecute"});
+    if let Some(s) = seconds {
+        t["tolerationSeconds"] = s.into();
+    }
+    t
+}
+
+/// A pod the scheduler places on `node`, with these NoExecute tolerations.
+async fn pinned_pod(
+    ns: &TestNamespace,
+    name: &str,
+    node: &str,
+    tolerations: Vec<serde_json::Value>,
+) -> Result<()> {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": tolerations,
+            "containers": [{"name": "c", "image": "registry.invalid/pause:1"}],
+        }
+    }))?;
+    ns.pods().create(&PostParams::default(), &pod).await?;
+    Ok(())
+}
+
+async fn workloads(ns: &TestNamespace) -> Result<()> {
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "ScheduleAnyway",
+                        "labelSelector": {"matchLabels": {"app": "web"}},
+                    }],
+                    "containers": [{"name": "c", "image": "registry.invalid/pause:1"}],
+                }
+            }
+        }
+    }))?;
+    Api::<Deployment>::namespaced(ns.client.clone(), &ns.name)
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let daemonset: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}
+            }
+        }
+    }))?;
+    Api::<DaemonSet>::namespaced(ns.client.clone(), &ns.name)
+        .create(&PostParams::default(), &daemonset)
+        .await?;
+    pinned_pod(
+        ns,
+        "sixty",
+        "zone-a-0",
+        vec![
+            toleration(UNREACHABLE, Some(60)),
+            toleration(NOT_READY, Some(60)),
+        ],
+    )
+    .await?;
+    pinned_pod(
+        ns,
+        "forever",
+        "zone-a-1",
+        vec![toleration(UNREACHABLE, None), toleration(NOT_READY, None)],
+    )
+    .await
+}
+
+/// Running pods of the namespace that are not terminating: (name, node).
+async fn running(ns: &TestNamespace) -> Result<Vec<(String, String)>> {
+    Ok(ns
+        .pods()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.spec.and_then(|s| s.node_name).unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// The `timeAdded` of the node's unreachable NoExecute taint, once it is there.
+async fn unreachable_since(nodes: &Api<Node>, node: &str) -> Result<Option<SystemTime>> {
+    let n = nodes.get(node).await?;
+    Ok(n.spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|t| t.key == UNREACHABLE && t.effect == "NoExecute")
+        .and_then(|t| t.time_added)
+        .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64)))
+}
+
+fn secs(t: SystemTime, since: SystemTime) -> f64 {
+    match t.duration_since(since) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// What the first outage showed, for one controller.
+#[derive(Debug)]
+struct Outage {
+    /// Seconds from each zone-a web pod's node taint (its `timeAdded`) to its eviction.
+    web: Vec<f64>,
+    /// The same for the pod tolerating unreachable for 60 s.
+    sixty: f64,
+    /// The same two, from when the test saw the taint (polled every 100 ms): `timeAdded` has
+    /// one-second resolution, too coarse to compare two planes within a second.
+    web_seen: Vec<f64>,
+    sixty_seen: f64,
+    /// Zone-a pods that must never go (DaemonSet, tolerates forever), checked over the outage.
+    kept: usize,
+}
+
+/// Deploy the workloads, take zone a down, and check what is evicted, when, and that the
+/// Deployment is whole again in zones b and c.
+async fn first_outage(plane: &Plane, ns: &TestNamespace) -> Result<Outage> {
+    workloads(ns).await?;
+    eventually(Duration::from_secs(60), "every pod Running", || async {
+        Ok((running(ns).await?.len() == REPLICAS + 6 + 2).then_some(()))
+    })
+    .await?;
+    let before = running(ns).await?;
+    let node_of: BTreeMap<String, String> = before.iter().cloned().collect();
+    let web_in_a: Vec<String> = before
+        .iter()
+        .filter(|(n, node)| node.starts_with("zone-a-") && n.starts_with("web-"))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let kept_in_a: Vec<String> = before
+        .iter()
+        .filter(|(n, node)| {
+            node.starts_with("zone-a-") && (n.starts_with("agent-") || n == "forever")
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert!(
+        !web_in_a.is_empty(),
+        "the spread put web pods in zone a: {before:?}"
+    );
+    assert_eq!(
+        kept_in_a.len(),
+        3,
+        "two DaemonSet pods and the forever pod: {before:?}"
+    );
+    let (seen, watch) = watch_evictions(ns.pods());
+
+    // Zone a goes down: its kwok stops, so do its nodes' Leases.
+    plane.zone_down("zone-a")?;
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    let mut tainted = BTreeMap::new();
+    let mut seen_tainted = BTreeMap::new();
+    let mut pending = vec!["zone-a-0", "zone-a-1"];
+    let deadline = SystemTime::now() + Duration::from_secs(30);
+    while !pending.is_empty() {
+        anyhow::ensure!(
+            SystemTime::now() < deadline,
+            "no unreachable taint on {pending:?}"
+        );
+        let mut still = Vec::new();
+        for node in pending {
+            match unreachable_since(&nodes, node).await? {
+                Some(added) => {
+                    tainted.insert(node.to_string(), added);
+                    seen_tainted.insert(node.to_string(), SystemTime::now());
+                }
+                None => still.push(node),
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eventually(
+        Duration::from_secs(30),
+        "zone a's web pods evicted",
+        || async {
+            Ok(web_in_a
+                .iter()
+                .all(|n| evicted(&seen, n).is_some())
+                .then_some(()))
+        },
+    )
+    .await?;
+    eventually(
+        Duration::from_secs(60),
+        "30 web replicas Running in b and c",
+        || async {
+            let now = running(ns).await?;
+            let web: Vec<_> = now.iter().filter(|(n, _)| n.starts_with("web-")).collect();
+            Ok(
+                (web.len() == REPLICAS && web.iter().all(|(_, node)| !node.starts_with("zone-a-")))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    let sixty = eventually(Duration::from_secs(75), "the 60 s pod evicted", || async {
+        Ok(evicted(&seen, "sixty"))
+    })
+    .await?;
+    // Never, over the whole outage: the DaemonSet's pods and the pod tolerating forever; and
+    // nothing outside zone a.
+    for name in &kept_in_a {
+        assert!(evicted(&seen, name).is_none(), "{name} was evicted");
+    }
+    let others: Vec<String> = seen
+        .lock()
+        .map(|s| {
+            s.keys()
+                .filter(|n| !web_in_a.contains(n) && n.as_str() != "sixty")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(others.is_empty(), "evicted outside the plan: {others:?}");
+    watch.abort();
+    let (mut web, mut web_seen) = (Vec::new(), Vec::new());
+    for name in &web_in_a {
+        let at = evicted(&seen, name).context("evicted")?;
+        web.push(secs(at, tainted[&node_of[name]]));
+        web_seen.push(secs(at, seen_tainted[&node_of[name]]));
+    }
+    web.sort_by(f64::total_cmp);
+    web_seen.sort_by(f64::total_cmp);
+    Ok(Outage {
+        web,
+        sixty: secs(sixty, tainted["zone-a-0"]),
+        web_seen,
+        sixty_seen: secs(sixty, seen_tainted["zone-a-0"]),
+        kept: kept_in_a.len(),
+    })
+}
+
+fn check(who: &str, o: &Outage) {
+    println!(
+        "{who}: {} web pods of zone a evicted {:.2}-{:.2} s after their node's taint's timeAdded ({:.2}-{:.2} s after the test saw it); the 60 s pod at {:.2} s ({:.2} s); {} pods kept",
+        o.web.len(),
+        o.web.first().copied().unwrap_or(f64::NAN),
+        o.web.last().copied().unwrap_or(f64::NAN),
+        o.web_seen.first().copied().unwrap_or(f64::NAN),
+        o.web_seen.last().copied().unwrap_or(f64::NAN),
+        o.sixty,
+        o.sixty_seen,
+        o.kept
+    );
+    // The default toleration is 5 s; timeAdded has one-second resolution.
+    for at in &o.web {
+        assert!(
+            (4.0..=8.0).contains(at),
+            "{who}: a web pod evicted at {at:.2} s"
+        );
+    }
+    assert!(
+        (58.0..=62.0).contains(&o.sixty),
+        "{who}: the 60 s pod at {:.2} s",
+        o.sixty
+    );
+}
+
+#[tokio::test]
+async fn a_zone_outage_with_noexecute_and_with_upstream() -> Result<()> {
+    let (ours, theirs) = tokio::try_join!(
+        tokio::task::spawn_blocking(|| Plane::full("zone-outage", 3, 2, false)),
+        tokio::task::spawn_blocking(|| Plane::full("zone-outage-upstream", 3, 2, true)),
+    )?;
+    let (plane, upstream) = (ours?, theirs?);
+    plane.install_rbac()?;
+    let ns = TestNamespace::create(&plane.admin_client().await?, "outage").await?;
+    let up_ns = TestNamespace::create(&upstream.admin_client().await?, "outage").await?;
+    let mut c = Controller::start(
+        &plane,
+        binary(),
+        &format!("{}-c", ns.name),
+        &["--leader-elect=false"],
+    )?;
+    c.wait_ready(Duration::from_secs(30)).await?;
+    // The same outage on both planes at once.
+    let (o, u) = tokio::try_join!(first_outage(&plane, &ns), first_outage(&upstream, &up_ns))?;
+    check("noexecute", &o);
+    check("upstream", &u);
+    // The same pods go (every zone-a web pod and the 60 s pod, nothing else), each within 1 s
+    // of the other controller's time.
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    assert!(
+        (mean(&o.web_seen) - mean(&u.web_seen)).abs() <= 1.0,
+        "{o:?} vs {u:?}"
+    );
+    assert!((o.sixty_seen - u.sixty_seen).abs() <= 1.0, "{o:?} vs {u:?}");
+    upstream.down()?;
+
+    // Zone a comes back: the taints go.
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    plane.zone_up("zone-a")?;
+    eventually(Duration::from_secs(30), "zone a untainted", || async {
+        for node in ["zone-a-0", "zone-a-1"] {
+            if unreachable_since(&nodes, node).await?.is_some() {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await?;
+
+    // A second outage, over before the 60 s deadline: that eviction is cancelled, while a pod
+    // with the default toleration (the positive control) is evicted in the same window.
+    pinned_pod(
+        &ns,
+        "sixty-again",
+        "zone-a-0",
+        vec![
+            toleration(UNREACHABLE, Some(60)),
+            toleration(NOT_READY, Some(60)),
+        ],
+    )
+    .await?;
+    pinned_pod(&ns, "plain", "zone-a-1", vec![]).await?;
+    eventually(Duration::from_secs(30), "the new pods Running", || async {
+        let now = running(&ns).await?;
+        Ok(["sixty-again", "plain"]
+            .iter()
+            .all(|p| now.iter().any(|(n, _)| n == p))
+            .then_some(()))
+    })
+    .await?;
+    let (seen, watch) = watch_evictions(ns.pods());
+    plane.zone_down("zone-a")?;
+    let down = eventually(Duration::from_secs(30), "zone a tainted again", || async {
+        unreachable_since(&nodes, "zone-a-0").await
+    })
+    .await?;
+    eventually(
+        Duration::from_secs(20),
+        "the positive control evicted",
+        || async { Ok(evicted(&seen, "plain")) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    plane.zone_up("zone-a")?;
+    // Watch past the old deadline (+60 s) and a margin.
+    let until = down + Duration::from_secs(66);
+    while SystemTime::now() < until {
+        assert!(
+            evicted(&seen, "sixty-again").is_none(),
+            "the 60 s pod was evicted although its zone came back in time"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        c.log_text().contains("eviction cancelled"),
+        "the cancel is logged"
+    );
+    watch.abort();
+    ns.cleanup().await?;
+    plane.down()
+}
