@@ -173,6 +173,38 @@ async fn unreachable_since(nodes: &Api<Node>, node: &str) -> Result<Option<Syste
         .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64)))
 }
 
+/// What `noexecute plan` (live, read-only) predicts for "zone a goes unreachable now": pod
+/// name → seconds from the taint to its eviction.
+fn predict_zone_a(plane: &Plane, namespace: &str) -> Result<BTreeMap<String, f64>> {
+    let out = std::process::Command::new(binary())
+        .args(["plan", "--kubeconfig"])
+        .arg(&plane.kubeconfig)
+        .args([
+            "--taint-selector",
+            "topology.kubernetes.io/zone=zone-a",
+            "node.kubernetes.io/unreachable:NoExecute",
+            "-o",
+            "json",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "plan failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut predicted = BTreeMap::new();
+    for line in String::from_utf8(out.stdout)?.lines() {
+        let row: serde_json::Value = serde_json::from_str(line)?;
+        let pod = row["pod"].as_str().unwrap_or_default();
+        if row["decision"] == "evict"
+            && let Some(name) = pod.strip_prefix(&format!("{namespace}/"))
+        {
+            predicted.insert(name.to_string(), row["at"].as_f64().unwrap_or(f64::NAN));
+        }
+    }
+    Ok(predicted)
+}
+
 fn secs(t: SystemTime, since: SystemTime) -> f64 {
     match t.duration_since(since) {
         Ok(d) => d.as_secs_f64(),
@@ -191,6 +223,10 @@ struct Outage {
     /// one-second resolution, too coarse to compare two planes within a second.
     web_seen: Vec<f64>,
     sixty_seen: f64,
+    /// Every pod evicted in the outage, with seconds from its node's taint (as the test saw
+    /// it), and what `plan` predicted beforehand.
+    evicted: BTreeMap<String, f64>,
+    predicted: BTreeMap<String, f64>,
     /// Zone-a pods that must never go (DaemonSet, tolerates forever), checked over the outage.
     kept: usize,
 }
@@ -226,6 +262,7 @@ async fn first_outage(plane: &Plane, ns: &TestNamespace) -> Result<Outage> {
         3,
         "two DaemonSet pods and the forever pod: {before:?}"
     );
+    let predicted = predict_zone_a(plane, &ns.name)?;
     let (seen, watch) = watch_evictions(ns.pods());
 
     // Zone a goes down: its kwok stops, so do its nodes' Leases.
@@ -305,12 +342,19 @@ async fn first_outage(plane: &Plane, ns: &TestNamespace) -> Result<Outage> {
     }
     web.sort_by(f64::total_cmp);
     web_seen.sort_by(f64::total_cmp);
+    let mut all = BTreeMap::new();
+    for name in web_in_a.iter().chain(std::iter::once(&"sixty".to_string())) {
+        let at = evicted(&seen, name).context("evicted")?;
+        all.insert(name.clone(), secs(at, seen_tainted[&node_of[name]]));
+    }
     Ok(Outage {
         web,
         sixty: secs(sixty, tainted["zone-a-0"]),
         web_seen,
         sixty_seen: secs(sixty, seen_tainted["zone-a-0"]),
         kept: kept_in_a.len(),
+        evicted: all,
+        predicted,
     })
 }
 
@@ -371,8 +415,56 @@ async fn a_zone_outage_with_noexecute_and_with_upstream() -> Result<()> {
     assert!((o.sixty_seen - u.sixty_seen).abs() <= 1.0, "{o:?} vs {u:?}");
     upstream.down()?;
 
-    // Zone a comes back: the taints go.
+    // `plan`, run before the outage, named exactly the pods that were evicted, each at its
+    // predicted offset (±2 s: the default toleration counts from when the controller saw the
+    // taint).
+    assert_eq!(
+        o.predicted.keys().collect::<Vec<_>>(),
+        o.evicted.keys().collect::<Vec<_>>(),
+        "plan predicted {:?}, evicted {:?}",
+        o.predicted,
+        o.evicted
+    );
+    for (pod, at) in &o.evicted {
+        let want = o.predicted[pod];
+        assert!(
+            (at - want).abs() <= 2.0,
+            "{pod}: predicted +{want} s, evicted +{at:.2} s"
+        );
+    }
+    println!(
+        "plan predicted {} evictions; each happened within {:.2} s of its prediction",
+        o.predicted.len(),
+        o.evicted
+            .iter()
+            .map(|(p, at)| (at - o.predicted[p]).abs())
+            .fold(0.0, f64::max)
+    );
+
+    // Zone a is still down. `out-of-service` on zone-a-1 (the operator says the node is gone
+    // for good) evicts even the pod that tolerates unreachable forever; PodGC then removes it.
     let nodes: Api<Node> = Api::all(ns.client.clone());
+    let (seen, watch) = watch_evictions(ns.pods());
+    add_taint(
+        &nodes,
+        "zone-a-1",
+        no_execute("node.kubernetes.io/out-of-service", "nodeshutdown"),
+    )
+    .await?;
+    eventually(
+        Duration::from_secs(10),
+        "the forever pod evicted",
+        || async { Ok(evicted(&seen, "forever")) },
+    )
+    .await?;
+    eventually(Duration::from_secs(60), "PodGC removed it", || async {
+        Ok(ns.pods().get_opt("forever").await?.is_none().then_some(()))
+    })
+    .await?;
+    watch.abort();
+    remove_taint(&nodes, "zone-a-1", "node.kubernetes.io/out-of-service").await?;
+
+    // Zone a comes back: the taints go.
     plane.zone_up("zone-a")?;
     eventually(Duration::from_secs(30), "zone a untainted", || async {
         for node in ["zone-a-0", "zone-a-1"] {
@@ -432,6 +524,45 @@ async fn a_zone_outage_with_noexecute_and_with_upstream() -> Result<()> {
         c.log_text().contains("eviction cancelled"),
         "the cancel is logged"
     );
+    watch.abort();
+
+    // Not-ready: kwok's chaos stage turns zone-b-0 Ready=False; node-lifecycle-controller
+    // taints it not-ready:NoExecute and its web pods go after the default 5 s.
+    let on_b0: Vec<String> = running(&ns)
+        .await?
+        .into_iter()
+        .filter(|(n, node)| node == "zone-b-0" && n.starts_with("web-"))
+        .map(|(n, _)| n)
+        .collect();
+    assert!(!on_b0.is_empty(), "web pods on zone-b-0");
+    let (seen, watch) = watch_evictions(ns.pods());
+    plane.kubectl(&[
+        "label",
+        "node",
+        "zone-b-0",
+        "node-not-ready.stage.kwok.x-k8s.io=true",
+    ])?;
+    eventually(Duration::from_secs(30), "the not-ready taint", || async {
+        let n = nodes.get("zone-b-0").await?;
+        Ok(n.spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == NOT_READY && t.effect == "NoExecute")
+            .then_some(()))
+    })
+    .await?;
+    eventually(
+        Duration::from_secs(20),
+        "zone-b-0's web pods evicted",
+        || async {
+            Ok(on_b0
+                .iter()
+                .all(|n| evicted(&seen, n).is_some())
+                .then_some(()))
+        },
+    )
+    .await?;
     watch.abort();
     ns.cleanup().await?;
     plane.down()
