@@ -17,16 +17,6 @@ fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_noexecute"))
 }
 
-/// Short leader-election timings, same ratios as client-go's 15/10/2.
-const LEASE: [&str; 6] = [
-    "--leader-elect-lease-duration",
-    "4s",
-    "--leader-elect-renew-deadline",
-    "3s",
-    "--leader-elect-retry-period",
-    "500ms",
-];
-
 fn replica(plane: &Plane, ns: &TestNamespace, name: &str) -> Result<Controller> {
     let selector = ns.node_selector();
     let lease = format!("lease-{}", ns.name);
@@ -36,7 +26,7 @@ fn replica(plane: &Plane, ns: &TestNamespace, name: &str) -> Result<Controller> 
         "--leader-elect-name",
         lease.as_str(),
     ];
-    args.extend_from_slice(&LEASE);
+    args.extend_from_slice(&SHORT_LEASE);
     let identity = format!("--identity={name}");
     args.push(&identity);
     Controller::start(plane, binary(), &format!("{}-{name}", ns.name), &args)
@@ -49,22 +39,6 @@ async fn leader_of(controllers: &[&Controller]) -> Result<Option<usize>> {
         }
     }
     Ok(None)
-}
-
-/// DELETE requests for pods that the API server answered with success, from its own metrics.
-async fn pod_deletes(plane: &Plane) -> Result<f64> {
-    let text = plane.kubectl(&["get", "--raw", "/metrics"])?;
-    Ok(text
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("resource=\"pods\"")
-                && l.contains("verb=\"DELETE\"")
-                && l.contains("code=\"200\"")
-                && l.contains("subresource=\"\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
 }
 
 #[tokio::test]
@@ -98,7 +72,7 @@ async fn killing_the_leader_mid_countdown_hands_over_without_double_deletes() ->
     b.wait_ready(Duration::from_secs(30)).await?;
     assert_eq!(leader_of(&[&b]).await?, None, "b stands by while a leads");
 
-    let deletes_before = pod_deletes(plane).await?;
+    let deletes_before = plane.pod_deletes()?;
     let tainted = Instant::now();
     add_taint(&ns.nodes(), &node, no_execute("example.com/t", "")).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -120,7 +94,7 @@ async fn killing_the_leader_mid_countdown_hands_over_without_double_deletes() ->
     );
     // Give any duplicate a chance to show up, then count: one DELETE per pod.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let deletes = pod_deletes(plane).await? - deletes_before;
+    let deletes = plane.pod_deletes()? - deletes_before;
     assert_eq!(
         deletes,
         3.0,

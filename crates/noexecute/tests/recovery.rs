@@ -7,16 +7,10 @@
 //! delete anyway); both sets of figures are printed and recorded in docs/benchmarks.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::runtime::watcher;
 use noexecute_testkit::*;
 
 const PODS_PER_NODE: usize = 10;
@@ -25,37 +19,6 @@ const KEY: &str = "example.com/outage";
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_noexecute"))
-}
-
-/// When each pod of the namespace was first seen evicted (marked for deletion or gone).
-type Seen = Arc<Mutex<BTreeMap<String, Instant>>>;
-
-fn watch_evictions(pods: Api<Pod>) -> (Seen, tokio::task::JoinHandle<()>) {
-    let seen: Seen = Arc::default();
-    let sink = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = watcher(pods, watcher::Config::default()).boxed();
-        while let Ok(Some(event)) = stream.try_next().await {
-            let (pod, gone) = match event {
-                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
-                watcher::Event::Delete(p) => (p, true),
-                _ => continue,
-            };
-            if gone || pod.metadata.deletion_timestamp.is_some() {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                if let Ok(mut s) = sink.lock() {
-                    s.entry(name).or_insert_with(Instant::now);
-                }
-            }
-        }
-    });
-    (seen, task)
-}
-
-fn count(seen: &Seen, prefix: &str) -> usize {
-    seen.lock()
-        .map(|s| s.keys().filter(|k| k.starts_with(prefix)).count())
-        .unwrap_or(0)
 }
 
 struct Figures {
@@ -81,42 +44,36 @@ async fn outage_with_recovery(ns: &TestNamespace) -> Result<Figures> {
             .await?;
         }
     }
-    let (seen, watch) = watch_evictions(ns.pods());
+    let log = EvictionLog::start(ns.pods());
     // Let the controller see every pod before the outage.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let tainted = Instant::now();
     add_taint(&ns.nodes(), &recovers, no_execute(KEY, "")).await?;
     add_taint(&ns.nodes(), &stays, no_execute(KEY, "")).await?;
     eventually(Duration::from_secs(30), "the first eviction", || async {
-        Ok((count(&seen, "r-") + count(&seen, "s-") > 0).then_some(()))
+        Ok((log.count("r-") + log.count("s-") > 0).then_some(()))
     })
     .await?;
     remove_taint(&ns.nodes(), &recovers, KEY).await?;
-    let recovered_before_untaint = count(&seen, "r-");
+    let recovered_before_untaint = log.count("r-");
     let stay_names: Vec<String> = (0..PODS_PER_NODE).map(|i| format!("s-{i}")).collect();
     eventually(
         Duration::from_secs(90),
         "every pod on the node that stays down evicted",
-        || async { Ok((count(&seen, "s-") == PODS_PER_NODE).then_some(())) },
+        || async { Ok((log.count("s-") == PODS_PER_NODE).then_some(())) },
     )
     .await?;
-    let stayed_makespan = seen
-        .lock()
-        .map(|s| {
-            stay_names
-                .iter()
-                .filter_map(|n| s.get(n))
-                .max()
-                .map_or(Duration::ZERO, |t| t.duration_since(tainted))
-        })
-        .unwrap_or_default();
+    let stayed_makespan = stay_names
+        .iter()
+        .filter_map(|n| log.instant(n))
+        .max()
+        .map_or(Duration::ZERO, |t| t.duration_since(tainted));
     // The whole window after the last eviction: nothing more may happen on the recovered node.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    watch.abort();
     Ok(Figures {
         recovered_before_untaint,
-        recovered_total: count(&seen, "r-"),
-        stayed_total: count(&seen, "s-"),
+        recovered_total: log.count("r-"),
+        stayed_total: log.count("s-"),
         stayed_makespan,
     })
 }

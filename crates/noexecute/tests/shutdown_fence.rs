@@ -99,22 +99,20 @@ async fn no_request_of_the_old_leader_follows_the_standbys_first_write() -> Resu
             binary(),
             &format!("{}-{name}", ns.name),
             &[
-                "--node-selector",
-                selector.as_str(),
-                "--leader-elect-name",
-                lease.as_str(),
-                "--leader-elect-lease-duration",
-                "4s",
-                "--leader-elect-renew-deadline",
-                "3s",
-                "--leader-elect-retry-period",
-                "500ms",
-                "--kube-api-qps",
-                "3",
-                "--kube-api-burst",
-                "1",
-                identity.as_str(),
-            ],
+                &[
+                    "--node-selector",
+                    selector.as_str(),
+                    "--leader-elect-name",
+                    lease.as_str(),
+                    "--kube-api-qps",
+                    "3",
+                    "--kube-api-burst",
+                    "1",
+                    identity.as_str(),
+                ][..],
+                &SHORT_LEASE[..],
+            ]
+            .concat(),
         )
     };
     let mut old = replica("old")?;

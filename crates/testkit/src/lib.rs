@@ -31,6 +31,16 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config};
 
+/// Leader-election timings for tests: client-go's 15/10/2 s ratios, shortened to 4/3/0.5 s.
+pub const SHORT_LEASE: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+
 /// The repository root (this crate lives in `crates/testkit`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -62,18 +72,24 @@ impl Plane {
 
     /// [`Plane::up`] with extra environment for `scripts/cluster` (e.g. `NOEXECUTE_KCM_ARGS`).
     pub fn up_with_env(name: &str, controllers: &[&str], env: &[(&str, &str)]) -> Result<Plane> {
+        let with = format!("--with-controllers={}", controllers.join(","));
+        Plane::start(name, &[with.as_str()], env)
+    }
+
+    /// `scripts/cluster up ARGS` for the plane `name`, then its env file.
+    fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Plane> {
         let root = repo_root();
         let state_dir = root.join("target").join(format!("cluster-{name}"));
         let output = Command::new(root.join("scripts/cluster"))
             .arg("up")
-            .arg(format!("--with-controllers={}", controllers.join(",")))
+            .args(args)
             .env("NOEXECUTE_CLUSTER_DIR", &state_dir)
             .envs(env.iter().copied())
             .output()
             .context("running scripts/cluster up")?;
         if !output.status.success() {
             bail!(
-                "scripts/cluster up failed ({}):\n{}",
+                "scripts/cluster up {args:?} failed ({}):\n{}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             );
@@ -119,33 +135,13 @@ impl Plane {
     /// and one kwok per zone for `zones` × `nodes_per_zone` simulated nodes named
     /// `zone-a-0`, `zone-a-1`, …, labelled `topology.kubernetes.io/zone=zone-a`, ….
     pub fn full(name: &str, zones: u32, nodes_per_zone: u32, upstream: bool) -> Result<Plane> {
-        let root = repo_root();
-        let state_dir = root.join("target").join(format!("cluster-{name}"));
-        let mut cmd = Command::new(root.join("scripts/cluster"));
-        cmd.arg("up")
-            .arg("--full")
-            .arg(format!("--zones={zones}"))
-            .arg(format!("--nodes-per-zone={nodes_per_zone}"))
-            .env("NOEXECUTE_CLUSTER_DIR", &state_dir);
+        let zones = format!("--zones={zones}");
+        let per = format!("--nodes-per-zone={nodes_per_zone}");
+        let mut args = vec!["--full", zones.as_str(), per.as_str()];
         if upstream {
-            cmd.arg("--upstream");
+            args.push("--upstream");
         }
-        let output = cmd.output().context("running scripts/cluster up --full")?;
-        if !output.status.success() {
-            bail!(
-                "scripts/cluster up --full failed ({}):\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let env = read_env(&state_dir.join("env"))?;
-        Ok(Plane {
-            name: name.to_string(),
-            kubeconfig: state_dir.join("kubeconfig"),
-            controller_kubeconfig: state_dir.join("controller.kubeconfig"),
-            state_dir,
-            env,
-        })
+        Plane::start(name, &args, &[])
     }
 
     /// Stop a zone's kwok: its nodes stop renewing their Leases.
@@ -212,6 +208,22 @@ impl Plane {
             );
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Pod DELETEs the API server answered with success, from its own metrics.
+    pub fn pod_deletes(&self) -> Result<f64> {
+        let text = self.kubectl(&["get", "--raw", "/metrics"])?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_request_total{")
+                    && l.contains("resource=\"pods\"")
+                    && l.contains("verb=\"DELETE\"")
+                    && l.contains("code=\"200\"")
+                    && l.contains("subresource=\"\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     /// Install what `deploy/` grants the controller (namespace, service account, RBAC), so
@@ -572,6 +584,71 @@ pub async fn wait_all_evicted(
             let missing: Vec<&String> = wanted.iter().filter(|n| !seen.contains_key(*n)).collect();
             bail!("pods {missing:?} were not evicted within {timeout:?}")
         }
+    }
+}
+
+/// Every eviction in a namespace, recorded in the background by a watch: when each pod was
+/// first seen marked for deletion or gone (monotonic, and wall clock to compare with a
+/// taint's `timeAdded`). The watch stops when the log is dropped.
+pub struct EvictionLog {
+    seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, (Instant, std::time::SystemTime)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EvictionLog {
+    pub fn start(pods: Api<Pod>) -> EvictionLog {
+        let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<_, _>>> = Default::default();
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(pods, watcher::Config::default()).boxed();
+            while let Ok(Some(event)) = stream.try_next().await {
+                let (pod, gone) = match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                    watcher::Event::Delete(p) => (p, true),
+                    _ => continue,
+                };
+                if gone || is_evicted(&pod) {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if let Ok(mut s) = sink.lock() {
+                        s.entry(name)
+                            .or_insert_with(|| (Instant::now(), std::time::SystemTime::now()));
+                    }
+                }
+            }
+        });
+        EvictionLog { seen, task }
+    }
+
+    /// When `name` was first seen evicted (wall clock).
+    pub fn at(&self, name: &str) -> Option<std::time::SystemTime> {
+        self.seen.lock().ok()?.get(name).map(|(_, wall)| *wall)
+    }
+
+    /// When `name` was first seen evicted (monotonic).
+    pub fn instant(&self, name: &str) -> Option<Instant> {
+        self.seen.lock().ok()?.get(name).map(|(at, _)| *at)
+    }
+
+    /// The pods seen evicted, by name.
+    pub fn names(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .map(|s| s.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many evicted pods' names start with `prefix`.
+    pub fn count(&self, prefix: &str) -> usize {
+        self.seen
+            .lock()
+            .map(|s| s.keys().filter(|k| k.starts_with(prefix)).count())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for EvictionLog {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
