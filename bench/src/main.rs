@@ -30,8 +30,8 @@ struct Args {
     /// Seconds to keep watching after the last expected eviction.
     #[arg(long, default_value_t = 5)]
     settle: u64,
-    /// The noexecute binary (build it with --release first).
-    #[arg(long, default_value = "target/release/noexecute")]
+    /// The noexecute binary (build it with --profile dist first, as bench/run does).
+    #[arg(long, default_value = "target/dist/noexecute")]
     binary: PathBuf,
     /// Spread the taints evenly over this many seconds (0: all at once). With a spread, the
     /// tolerating pods fall due a few at a time, so the lag shows the controller's own delay
@@ -60,7 +60,7 @@ async fn main() -> Result<()> {
         burst: args.burst,
         binary: args.binary.canonicalize().with_context(|| {
             format!(
-                "{} (build it: cargo build --release -p noexecute)",
+                "{} (build it: cargo build --profile dist -p noexecute)",
                 args.binary.display()
             )
         })?,
