@@ -1206,14 +1206,15 @@ mod tests {
             "{effects:?}"
         );
         assert_eq!(p.queued(), 0);
-        // The stopped attempt reports; nothing else starts.
-        p.report(
+        // The stopped attempt reports (not a live one: nothing to count); nothing else starts.
+        let live = p.report(
             AttemptReport {
                 attempt: started[0].id,
                 result: AttemptResult::Cancelled,
             },
             t(3),
         );
+        assert!(!live);
         assert!(starts(&drain(&mut p)).is_empty());
         assert_eq!(p.footprint(), 0);
     }
