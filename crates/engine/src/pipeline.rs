@@ -141,8 +141,6 @@ pub struct Attempt {
     pub generation: i64,
     /// Why it is evicted, as decided.
     pub cause: Option<Cause>,
-    /// The first attempt of this eviction (the others are retries).
-    pub first: bool,
     /// Two requests: the condition patch's answer stands in for the GET, and the DELETE is
     /// preconditioned on the resourceVersion it returned. Otherwise: GET, patch, finish.
     pub two_requests: bool,
@@ -442,11 +440,6 @@ impl Pipeline {
         self.entries.len()
     }
 
-    /// Whether a due eviction of this pod is held by the pacer.
-    pub fn holds(&self, eviction: EvictionId) -> bool {
-        self.pacer.holds(eviction)
-    }
-
     /// Sizes of every internal collection, for memory-bound checks.
     pub fn footprint(&self) -> usize {
         self.entries.len()
@@ -718,7 +711,8 @@ impl Pipeline {
         self.absorb(now, false);
     }
 
-    /// An attempt stopped without an answer; the eviction is still live: try again.
+    /// Send a due eviction on: to the pacer while acting, else parked. Used for fresh and
+    /// retried evictions and for attempts stopped without an answer.
     fn requeue(&mut self, eviction: EvictionId, now: Time) {
         let may_act = self.may_act();
         let Some(e) = self.entries.get_mut(&eviction) else {
@@ -851,17 +845,16 @@ impl Pipeline {
                     ..
                 } => {
                     self.forget(*eviction);
-                    if *announce
-                        && self.may_act()
-                        && let Some(event) = action.upstream_event()
-                    {
-                        self.effects.push_back(Effect::Decided(action.clone()));
-                        self.effects.push_back(Effect::PodEvent {
-                            pod: pod.clone(),
-                            event,
-                        });
-                        continue;
+                    // Upstream's "Cancelling deletion" event, only from the replica that acts.
+                    let event = action
+                        .upstream_event()
+                        .filter(|_| *announce && self.may_act());
+                    let pod = pod.clone();
+                    self.effects.push_back(Effect::Decided(action));
+                    if let Some(event) = event {
+                        self.effects.push_back(Effect::PodEvent { pod, event });
                     }
+                    continue;
                 }
                 Action::Evict {
                     pod,
@@ -876,11 +869,8 @@ impl Pipeline {
                         && !retry
                         && cause.as_ref().is_some_and(|c| c.verdict.is_immediate());
                     match self.entries.get_mut(&id) {
-                        Some(e) => {
-                            // A retry of an eviction already tracked.
-                            e.retry = true;
-                            e.due_at = now;
-                        }
+                        // A retry of an eviction already tracked.
+                        Some(e) => e.retry = true,
                         None => {
                             self.entries.insert(
                                 id,
@@ -900,11 +890,8 @@ impl Pipeline {
                         }
                     }
                     self.effects.push_back(Effect::Decided(action.clone()));
+                    self.requeue(id, now);
                     if self.may_act() {
-                        if let Some(e) = self.entries.get_mut(&id) {
-                            e.at = Where::Paced;
-                        }
-                        self.pacer.offer(id, pod.node.clone(), *deadline, id);
                         self.pace(now);
                         if self.pacer.holds(id) {
                             let by = self.held_by(pod.node.as_deref());
@@ -914,11 +901,6 @@ impl Pipeline {
                                 by,
                             });
                         }
-                    } else {
-                        if let Some(e) = self.entries.get_mut(&id) {
-                            e.at = Where::Parked;
-                        }
-                        self.parked.insert(id);
                     }
                     continue;
                 }
@@ -963,12 +945,8 @@ impl Pipeline {
                 count: parked.len(),
             });
             for id in parked {
-                if let Some(e) = self.entries.get_mut(&id)
-                    && e.at == Where::Parked
-                {
-                    e.at = Where::Paced;
-                    let (node, deadline) = (e.pod.node.clone(), e.deadline);
-                    self.pacer.offer(id, node, deadline, id);
+                if self.entries.get(&id).is_some_and(|e| e.at == Where::Parked) {
+                    self.requeue(id, now);
                 }
             }
         }
@@ -1071,7 +1049,6 @@ impl Pipeline {
                 due_at: entry.due_at,
                 generation,
                 cause: entry.cause.clone(),
-                first: !entry.retry,
                 two_requests: first
                     && finish == Finish::Delete
                     && !fallback

@@ -562,7 +562,6 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
             due_at: Time::from_millis(0),
             generation: 0,
             cause: None,
-            first: true,
             two_requests: false,
             guard: true,
             finish: Finish::Delete,

@@ -30,12 +30,6 @@ use super::ratelimit::{Hold, RateLimiter};
 use super::watch::{NodeEvent, PodEvent};
 use crate::convert;
 
-/// Any failure (for comparing result kinds).
-const FAILED: AttemptResult = AttemptResult::Failed {
-    error: String::new(),
-    refused: false,
-};
-
 /// The heartbeat's period: the loop turns at least this often.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
@@ -149,13 +143,14 @@ impl Driver {
                 },
                 Some(report) = report_rx.recv() => {
                     self.attempts.remove(&report.attempt);
-                    let kind = std::mem::discriminant(&report.result);
+                    let stale = report.result == AttemptResult::Stale;
+                    let failed = matches!(report.result, AttemptResult::Failed { .. });
                     let live = self.pipeline.report(report, self.clock.now());
                     // An attempt the pipeline had cancelled is neither retried nor avoided.
-                    if live && kind == std::mem::discriminant(&AttemptResult::Stale) {
+                    if live && stale {
                         self.metrics.stale_evictions_avoided.inc();
                     }
-                    if live && kind == std::mem::discriminant(&FAILED) {
+                    if live && failed {
                         self.metrics.eviction_retries.inc();
                     }
                 }
