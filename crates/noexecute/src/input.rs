@@ -7,10 +7,12 @@ use std::path::PathBuf;
 /// errors carry the position, semantic ones the offending field.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    #[error("{path}: {source}")]
+    /// The cause is in the message, and deliberately not a `source`: error chains would
+    /// print it twice.
+    #[error("{path}: {cause}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}:{line}:{column}: {message}")]
     Syntax {

@@ -318,9 +318,9 @@ pub struct Scenario {
 impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let text =
-            std::fs::read_to_string(path).map_err(|source| crate::input::InputError::Read {
+            std::fs::read_to_string(path).map_err(|cause| crate::input::InputError::Read {
                 path: path.to_path_buf(),
-                source,
+                cause,
             })?;
         Scenario::parse(path, &text)
     }

@@ -1,12 +1,127 @@
 //! Slim Kubernetes objects: only the fields taint eviction reads, so that 150,000 pods never
-//! sit in memory as full `Pod`s. Unknown fields are skipped by serde while parsing.
+//! sit in memory as full `Pod`s, and are never built as full `Pod`s either.
 //!
-//! The same types serve the live watch (through [`kube::core::Object`] with the erased `Pod`
-//! and `Node` resources), snapshot files and `plan`/`explain`'s live reads.
+//! Decoding skips what it never reads (managed fields, owner references, other annotations,
+//! container specs, volumes, status beyond the phase) with serde's ignored-value path: the
+//! bytes are scanned, nothing is allocated for them. The same types serve the live watch and
+//! list (through [`Slim`]'s [`kube::Resource`] impl over the erased `Pod` and `Node`
+//! resources), snapshot files, `plan`/`explain`'s live reads and the executor's requests.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
-use kube::core::{ApiResource, Object};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
+
+/// A Kubernetes object with a slim metadata decoder and the given spec and status types.
+/// `apiVersion` and `kind` are not kept (the [`ApiResource`] says what it is).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Slim<S, T> {
+    #[serde(default, deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: S,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<T>,
+}
+
+impl<S: Clone, T: Clone> kube::Resource for Slim<S, T> {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The metadata fields anything here reads. Labels drive `plan`'s selectors and the exclusion
+/// policy; of the annotations only the brake's release annotation is kept; the resource
+/// version is what the watcher resumes from.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "release_annotation")]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let w = Option::<WireMeta>::deserialize(d)?;
+    Ok(w.map_or_else(ObjectMeta::default, |w| ObjectMeta {
+        name: w.name,
+        namespace: w.namespace,
+        uid: w.uid,
+        resource_version: w.resource_version,
+        generation: w.generation,
+        deletion_timestamp: w.deletion_timestamp,
+        labels: w.labels,
+        annotations: w.annotations,
+        ..ObjectMeta::default()
+    }))
+}
+
+/// Annotations, keeping only the release annotation's value: other values (a
+/// `last-applied-configuration` can be the whole object again) are skipped unread.
+fn release_annotation<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Keep;
+    impl<'de> Visitor<'de> for Keep {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of annotations")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(Keep)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kept = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == crate::policy::RELEASE_ANNOTATION {
+                    let value: String = map.next_value()?;
+                    kept = Some([(key.into_owned(), value)].into());
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(kept)
+        }
+    }
+    d.deserialize_option(Keep)
+}
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -34,8 +149,8 @@ pub struct NodeSpec {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct NoStatus {}
 
-pub type SlimPod = Object<PodSpec, PodStatus>;
-pub type SlimNode = Object<NodeSpec, NoStatus>;
+pub type SlimPod = Slim<PodSpec, PodStatus>;
+pub type SlimNode = Slim<NodeSpec, NoStatus>;
 
 pub fn pod_resource() -> ApiResource {
     ApiResource::erase::<Pod>(&())
@@ -43,18 +158,6 @@ pub fn pod_resource() -> ApiResource {
 
 pub fn node_resource() -> ApiResource {
     ApiResource::erase::<Node>(&())
-}
-
-/// Drop the metadata we never read (kube's advice for reflector memory): managed fields,
-/// annotations (but the brake's release annotation), owner references. Labels stay: node
-/// labels drive `plan`'s selectors and pod labels the exclusion policy.
-pub fn trim_meta(meta: &mut kube::core::ObjectMeta) {
-    meta.managed_fields = None;
-    meta.annotations = meta.annotations.take().and_then(|a| {
-        a.get(crate::policy::RELEASE_ANNOTATION)
-            .map(|v| [(crate::policy::RELEASE_ANNOTATION.to_string(), v.clone())].into())
-    });
-    meta.owner_references = None;
 }
 
 /// A pod condition, as the executor reads it.
@@ -81,4 +184,8 @@ pub struct ConditionsStatus {
 
 /// The pod as the executor GETs, patches and deletes it: the same requests as for a full Pod,
 /// with only these fields decoded from the responses.
-pub type ExecPod = Object<PodSpec, ConditionsStatus>;
+pub type ExecPod = Slim<PodSpec, ConditionsStatus>;
+
+/// Metadata alone, decoded as the slim objects decode theirs.
+#[derive(Deserialize)]
+pub struct Meta(#[serde(deserialize_with = "slim_meta")] pub ObjectMeta);

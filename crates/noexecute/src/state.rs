@@ -2,16 +2,24 @@
 //! List that `kubectl get nodes,pods -A -o json` prints) or live and read-only through a
 //! kubeconfig.
 
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::Context;
 use kube::api::ListParams;
 use kube::{Api, Client};
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::slim::{self, SlimNode, SlimPod};
 
+use crate::input::InputError;
+
 /// Errors loading a snapshot; see [`crate::input::InputError`].
-pub type SnapshotError = crate::input::InputError;
+pub type SnapshotError = InputError;
 
 /// Nodes and pods, and where they came from.
 #[derive(Debug, Clone, Default)]
@@ -24,111 +32,43 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
-    /// Read a snapshot: a `List` (or `NodeList`/`PodList`) of nodes and pods, or a single
-    /// object, as JSON or YAML.
+    /// Read a snapshot: a `List` (or `NodeList`/`PodList`) of nodes and pods, a bare array of
+    /// them, or a single object, as JSON or YAML.
+    ///
+    /// JSON is streamed: items are decoded one at a time straight into slim objects, so memory
+    /// grows with the slim fields, not with the file (a 0.9 GB snapshot of 150,000 realistic
+    /// pods fits in a fraction of it; `docs/benchmarks.md`). YAML cannot be streamed by the
+    /// YAML library, which loads a document's events whole: the file is read into memory and
+    /// costs several times its size. Use JSON (`-o json`) for large clusters.
     pub fn from_file(path: &Path) -> Result<ClusterState, SnapshotError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| crate::input::InputError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        ClusterState::parse(path, &text)
+        let read = |cause| InputError::Read {
+            path: path.to_path_buf(),
+            cause,
+        };
+        let file = File::open(path).map_err(read)?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let head = reader.fill_buf().map_err(read)?;
+        match head.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{' | b'[') => {
+                let mut de = serde_json::Deserializer::from_reader(reader);
+                Loader::new(path).json(&mut de)
+            }
+            _ => {
+                let mut text = String::new();
+                reader.read_to_string(&mut text).map_err(read)?;
+                ClusterState::parse(path, &text)
+            }
+        }
     }
 
+    /// Read a snapshot held in memory (see [`ClusterState::from_file`]).
     pub fn parse(path: &Path, text: &str) -> Result<ClusterState, SnapshotError> {
-        let syntax =
-            |line: usize, column: usize, message: String| crate::input::InputError::Syntax {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message,
-            };
-        let invalid = |field: String, message: String| crate::input::InputError::Invalid {
-            path: path.to_path_buf(),
-            field,
-            message,
-        };
-        let value: serde_json::Value = if text.trim_start().starts_with(['{', '[']) {
-            serde_json::from_str(text).map_err(|e| {
-                let (line, column, message) = crate::input::json_error(&e);
-                syntax(line, column, message)
-            })?
+        if text.trim_start().starts_with(['{', '[']) {
+            let mut de = serde_json::Deserializer::from_str(text);
+            Loader::new(path).json(&mut de)
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| {
-                let (line, column, message) = crate::input::yaml_error(&e);
-                syntax(line, column, message)
-            })?
-        };
-        let (items, prefix): (Vec<serde_json::Value>, &str) = match value {
-            serde_json::Value::Object(ref map) if map.contains_key("items") => {
-                match map.get("items") {
-                    Some(serde_json::Value::Array(items)) => (items.clone(), "items"),
-                    Some(serde_json::Value::Null) => (Vec::new(), "items"),
-                    _ => return Err(invalid("items".into(), "must be a list".into())),
-                }
-            }
-            serde_json::Value::Object(_) => (vec![value], ""),
-            serde_json::Value::Array(items) => (items, ""),
-            _ => {
-                return Err(invalid(
-                    "(top level)".into(),
-                    "expected a List of nodes and pods (kubectl get nodes,pods -A -o json)".into(),
-                ));
-            }
-        };
-        let mut state = ClusterState {
-            source: format!("snapshot {}", path.display()),
-            ..ClusterState::default()
-        };
-        for (i, item) in items.into_iter().enumerate() {
-            let field = if prefix.is_empty() {
-                format!("[{i}]")
-            } else {
-                format!("{prefix}[{i}]")
-            };
-            let kind = item
-                .get("kind")
-                .and_then(|k| k.as_str())
-                .map(str::to_string)
-                .ok_or_else(|| invalid(format!("{field}.kind"), "missing".into()))?;
-            let name = item
-                .pointer("/metadata/name")
-                .and_then(|n| n.as_str())
-                .map(str::to_string);
-            let describe = |e: serde_json::Error| {
-                invalid(
-                    field.clone(),
-                    format!("{kind} {}: {e}", name.as_deref().unwrap_or("(unnamed)")),
-                )
-            };
-            if name.as_deref().is_none_or(str::is_empty) && (kind == "Node" || kind == "Pod") {
-                return Err(invalid(format!("{field}.metadata.name"), "missing".into()));
-            }
-            match kind.as_str() {
-                "Node" => {
-                    let mut node: SlimNode = serde_json::from_value(item).map_err(describe)?;
-                    slim::trim_meta(&mut node.metadata);
-                    state.nodes.push(node);
-                }
-                "Pod" => {
-                    let mut pod: SlimPod = serde_json::from_value(item).map_err(describe)?;
-                    slim::trim_meta(&mut pod.metadata);
-                    if pod.metadata.namespace.as_deref().is_none_or(str::is_empty) {
-                        pod.metadata.namespace = Some("default".into());
-                    }
-                    state.pods.push(pod);
-                }
-                _ => state.skipped += 1,
-            }
+            Loader::new(path).yaml(serde_yaml_ng::Deserializer::from_str(text))
         }
-        if state.nodes.is_empty() && state.pods.is_empty() {
-            return Err(invalid(
-                "items".into(),
-                "no Node or Pod in the snapshot (make it with: kubectl get nodes,pods -A -o json)"
-                    .into(),
-            ));
-        }
-        Ok(state)
     }
 
     /// Read the cluster live. Only `list` calls, paginated.
@@ -151,16 +91,295 @@ impl ClusterState {
         let mut lp = ListParams::default().limit(500).fields("spec.nodeName!=");
         loop {
             let page = pods.list(&lp).await.context("listing pods")?;
-            state.pods.extend(page.items.into_iter().map(|mut p| {
-                slim::trim_meta(&mut p.metadata);
-                p
-            }));
+            state.pods.extend(page.items);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => lp = lp.continue_token(&token),
                 None => break,
             }
         }
         Ok(state)
+    }
+}
+
+/// One snapshot being decoded: the state so far, the item being read (for error messages) and
+/// a semantic error that stopped the decoding.
+struct Loader<'p> {
+    path: &'p Path,
+    state: RefCell<ClusterState>,
+    item: Cell<Option<(&'static str, usize)>>,
+    failed: RefCell<Option<InputError>>,
+}
+
+impl<'p> Loader<'p> {
+    fn new(path: &'p Path) -> Self {
+        Loader {
+            path,
+            state: RefCell::new(ClusterState {
+                source: format!("snapshot {}", path.display()),
+                ..ClusterState::default()
+            }),
+            item: Cell::new(None),
+            failed: RefCell::new(None),
+        }
+    }
+
+    fn json<'de, R: serde_json::de::Read<'de>>(
+        self,
+        de: &mut serde_json::Deserializer<R>,
+    ) -> Result<ClusterState, SnapshotError> {
+        let decoded = Document(&self)
+            .deserialize(&mut *de)
+            .and_then(|()| de.end());
+        self.finish(decoded.map_err(|e| crate::input::json_error(&e)))
+    }
+
+    fn yaml(self, de: serde_yaml_ng::Deserializer<'_>) -> Result<ClusterState, SnapshotError> {
+        let decoded = Document(&self).deserialize(de);
+        self.finish(decoded.map_err(|e| crate::input::yaml_error(&e)))
+    }
+
+    fn invalid(&self, field: String, message: &str) -> InputError {
+        InputError::Invalid {
+            path: self.path.to_path_buf(),
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// Stop decoding with a semantic error (kept here; the decoder only sees that it failed).
+    fn fail<E: de::Error>(&self, field: String, message: &str) -> E {
+        *self.failed.borrow_mut() = Some(self.invalid(field, message));
+        E::custom(message)
+    }
+
+    fn finish(
+        self,
+        decoded: Result<(), (usize, usize, String)>,
+    ) -> Result<ClusterState, SnapshotError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        if let Err((line, column, message)) = decoded {
+            let message = match self.item.get() {
+                Some((prefix, i)) => format!("{prefix}[{i}]: {message}"),
+                None => message,
+            };
+            return Err(InputError::Syntax {
+                path: self.path.to_path_buf(),
+                line,
+                column,
+                message,
+            });
+        }
+        let empty = {
+            let state = self.state.borrow();
+            state.nodes.is_empty() && state.pods.is_empty()
+        };
+        if empty {
+            return Err(self.invalid(
+                "items".into(),
+                "no Node or Pod in the snapshot (make it with: kubectl get nodes,pods -A -o json)",
+            ));
+        }
+        Ok(self.state.into_inner())
+    }
+
+    fn add(&self, field: &str, item: Item) -> Result<(), String> {
+        let Some(kind) = item.kind else {
+            return Err(format!("{field}.kind"));
+        };
+        let is_object = kind == "Node" || kind == "Pod";
+        if is_object && item.metadata.name.as_deref().is_none_or(str::is_empty) {
+            return Err(format!("{field}.metadata.name"));
+        }
+        let mut state = self.state.borrow_mut();
+        match kind.as_str() {
+            "Node" => state.nodes.push(SlimNode {
+                metadata: item.metadata,
+                spec: slim::NodeSpec {
+                    taints: item.spec.taints,
+                },
+                status: None,
+            }),
+            "Pod" => {
+                let mut metadata = item.metadata;
+                if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+                    metadata.namespace = Some("default".into());
+                }
+                state.pods.push(SlimPod {
+                    metadata,
+                    spec: slim::PodSpec {
+                        node_name: item.spec.node_name,
+                        tolerations: item.spec.tolerations,
+                    },
+                    status: item.status,
+                });
+            }
+            _ => state.skipped += 1,
+        }
+        Ok(())
+    }
+}
+
+/// What is read of one item: a pod's and a node's fields together; the kind says which.
+#[derive(Default)]
+struct Item {
+    kind: Option<String>,
+    metadata: kube::core::ObjectMeta,
+    spec: ItemSpec,
+    status: Option<slim::PodStatus>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ItemSpec {
+    #[serde(default)]
+    node_name: Option<String>,
+    #[serde(default)]
+    tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    #[serde(default)]
+    taints: Vec<k8s_openapi::api::core::v1::Taint>,
+}
+
+/// Reads one field of an item into `item`; a field of an object of another kind (once the
+/// kind is known) is skipped unread.
+fn item_field<'de, A: MapAccess<'de>>(
+    item: &mut Item,
+    key: &str,
+    map: &mut A,
+) -> Result<(), A::Error> {
+    let other_kind = item
+        .kind
+        .as_deref()
+        .is_some_and(|k| k != "Node" && k != "Pod");
+    match key {
+        "kind" => item.kind = Some(map.next_value()?),
+        _ if other_kind => {
+            map.next_value::<IgnoredAny>()?;
+        }
+        "metadata" => item.metadata = map.next_value::<slim::Meta>()?.0,
+        "spec" => item.spec = map.next_value::<Option<ItemSpec>>()?.unwrap_or_default(),
+        "status" => item.status = map.next_value()?,
+        _ => {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    Ok(())
+}
+
+/// The whole document: a List (`items`), an array of items, or one object.
+struct Document<'a, 'p>(&'a Loader<'p>);
+
+impl<'de> DeserializeSeed<'de> for Document<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Document<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a List of nodes and pods (kubectl get nodes,pods -A -o json)")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        Items(self.0, "").visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut single = Item::default();
+        let mut fields = 0;
+        let mut list = false;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == "items" {
+                list = true;
+                map.next_value_seed(Items(self.0, "items"))?;
+            } else {
+                fields += 1;
+                item_field(&mut single, &key, &mut map)?;
+            }
+        }
+        if !list && fields > 0 {
+            self.0
+                .add("", single)
+                .map_err(|field| self.0.fail(field.trim_start_matches('.').into(), "missing"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The items, decoded and kept one at a time.
+struct Items<'a, 'p>(&'a Loader<'p>, &'static str);
+
+impl<'de> DeserializeSeed<'de> for Items<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Items<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of items")
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Items(loader, prefix) = self;
+        let mut i = 0;
+        loop {
+            loader.item.set(Some((prefix, i)));
+            let Some(item) = seq.next_element_seed(ItemSeed)? else {
+                break;
+            };
+            loader.item.set(None);
+            loader
+                .add(&format!("{prefix}[{i}]"), item)
+                .map_err(|field| loader.fail(field, "missing"))?;
+            i += 1;
+        }
+        loader.item.set(None);
+        Ok(())
+    }
+}
+
+struct ItemSeed;
+
+impl<'de> DeserializeSeed<'de> for ItemSeed {
+    type Value = Item;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Item, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemSeed {
+    type Value = Item;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
+        let mut item = Item::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            item_field(&mut item, &key, &mut map)?;
+        }
+        Ok(item)
     }
 }
 
@@ -197,26 +416,127 @@ mod tests {
     #[test]
     fn errors_name_the_place() {
         let cases = [
-            ("{\"items\": [}", "snap.json:1:"),
-            ("{\"items\": 3}", "snap.json: items:"),
+            ("{\"items\": [}", "snap.json:1:12: items[0]: expected value"),
+            (
+                "{\"items\": 3}",
+                "snap.json:1:11: invalid type: integer `3`, expected a list of items",
+            ),
             (
                 "{\"items\": [{\"metadata\": {\"name\": \"x\"}}]}",
-                "snap.json: items[0].kind:",
+                "snap.json: items[0].kind: missing",
             ),
             (
                 "{\"items\": [{\"kind\": \"Pod\", \"metadata\": {}}]}",
-                "snap.json: items[0].metadata.name:",
+                "snap.json: items[0].metadata.name: missing",
             ),
             (
-                "{\"items\": [{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"p\"}, \"spec\": {\"tolerations\": [{\"tolerationSeconds\": \"ten\"}]}}]}",
-                "snap.json: items[0]: Pod p:",
+                "{\"items\": [{\"kind\": \"Node\", \"metadata\": {\"name\": \"n\"}},\n {\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"p\"}, \"spec\": {\"tolerations\": [{\"tolerationSeconds\": \"ten\"}]}}]}",
+                "snap.json:2:116: items[1]: invalid type: string \"ten\", expected i64",
+            ),
+            (
+                "[{\"kind\": \"Pod\", \"metadata\": {\"name\": 7}}]",
+                "snap.json:1:39: [0]: invalid type: integer `7`, expected a string",
+            ),
+            (
+                "{\"kind\": \"Pod\", \"metadata\": {}}",
+                "snap.json: metadata.name: missing",
             ),
             ("{\"kind\": \"List\", \"items\": []}", "no Node or Pod"),
-            ("42", "expected a List"),
+            ("{\"kind\": \"List\", \"items\": null}", "no Node or Pod"),
+            ("42", "expected a List of nodes and pods"),
+            ("{\"items\": []} x", "snap.json:1:15: trailing characters"),
+            (
+                "items:\n  - kind: Pod\n    metadata: {name: [1]}\n",
+                "snap.json:3:",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(err.contains(want), "{text}\n=> {err}");
+            assert!(err.contains(want), "{text}\n=> {err}\nwant {want}");
         }
+    }
+
+    /// A realistic item: what is never read (managed fields, owner references, other
+    /// annotations, containers, status beyond the phase) is not kept, and a file streams to
+    /// the same state as text in memory, JSON or YAML.
+    #[test]
+    fn keeps_only_the_slim_fields_from_file_json_and_yaml() {
+        let json = r#"{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":[
+          {"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"zone":"a"},
+            "annotations":{"noexecute.io/release-brake":"true","kubeadm.alpha.kubernetes.io/cri-socket":"x"},
+            "managedFields":[{"manager":"kubelet","fieldsV1":{"f:status":{}}}]},
+           "spec":{"podCIDR":"10.0.0.0/24","taints":[{"key":"k","effect":"NoExecute"}]},
+           "status":{"capacity":{"cpu":"4"},"images":[{"names":["a"],"sizeBytes":1}]}},
+          {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns","uid":"u",
+            "resourceVersion":"7","generation":2,"deletionTimestamp":"2026-12-01T00:00:00Z",
+            "annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"big\":true}"},
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","uid":"x"}],
+            "managedFields":[{"manager":"kube-controller-manager","operation":"Update"}]},
+           "spec":{"nodeName":"n1","containers":[{"name":"c","image":"i","env":[{"name":"A","value":"b"}]}],
+             "volumes":[{"name":"v","emptyDir":{}}],
+             "tolerations":[{"key":"k","operator":"Exists","effect":"NoExecute","tolerationSeconds":60}]},
+           "status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}],"podIP":"10.0.0.5"}},
+          {"apiVersion":"v1","kind":"Service","metadata":{"name":"s"},"spec":{"ports":[{"port":80}]}}]}"#;
+        let from_text = parse(json).unwrap_or_else(|e| panic!("{e}"));
+        let dir = std::env::temp_dir().join(format!("noexecute-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.join("snap.json");
+        std::fs::write(&file, json).unwrap_or_else(|e| panic!("{e}"));
+        let from_file = ClusterState::from_file(&file).unwrap_or_else(|e| panic!("{e}"));
+        let value: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
+        let yaml_text = serde_yaml_ng::to_string(&value).unwrap_or_else(|e| panic!("{e}"));
+        let yaml_file = dir.join("snap.yaml");
+        std::fs::write(&yaml_file, yaml_text).unwrap_or_else(|e| panic!("{e}"));
+        let from_yaml = ClusterState::from_file(&yaml_file).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        for state in [&from_text, &from_file, &from_yaml] {
+            assert_eq!(state.nodes, from_text.nodes);
+            assert_eq!(state.pods, from_text.pods);
+            assert_eq!(state.skipped, 1);
+        }
+        let node = &from_text.nodes[0];
+        assert!(crate::policy::release_annotated(&node.metadata));
+        assert_eq!(node.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+        assert!(node.metadata.managed_fields.is_none());
+        assert_eq!(node.spec.taints.len(), 1);
+        let pod = &from_text.pods[0];
+        assert!(pod.metadata.annotations.is_none());
+        assert!(pod.metadata.owner_references.is_none());
+        assert!(pod.metadata.managed_fields.is_none());
+        assert_eq!(pod.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(pod.metadata.generation, Some(2));
+        assert!(pod.metadata.deletion_timestamp.is_some());
+        assert_eq!(pod.spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+    }
+
+    #[test]
+    fn a_single_object_or_a_bare_array() {
+        let one = parse(r#"{"kind":"Node","metadata":{"name":"n"}}"#);
+        assert_eq!(
+            one.map(|s| s.nodes.len()).unwrap_or_else(|e| panic!("{e}")),
+            1
+        );
+        let many = parse(
+            r#"[{"kind":"Pod","metadata":{"name":"p"}},{"kind":"Node","metadata":{"name":"n"}}]"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((many.nodes.len(), many.pods.len()), (1, 1));
+        assert_eq!(many.pods[0].metadata.namespace.as_deref(), Some("default"));
+    }
+
+    /// The cause of an unreadable file is said once (it used to be said twice through the
+    /// error chain).
+    #[test]
+    fn a_missing_file_says_why_once() {
+        let err = ClusterState::from_file(Path::new("/nonexistent/snap.json"))
+            .err()
+            .map(|e| format!("{:#}", anyhow::Error::from(e)))
+            .unwrap_or_default();
+        assert_eq!(err.matches("No such file").count(), 1, "{err}");
+        assert!(err.starts_with("/nonexistent/snap.json: "), "{err}");
     }
 }

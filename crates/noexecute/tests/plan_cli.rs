@@ -216,12 +216,22 @@ fn bad_input_fails_cleanly() {
         &["explain", "nope", "--snapshot", SNAPSHOT],
         "expected NAMESPACE/POD",
     );
-    fails(&["plan", "--snapshot", "no/such.json"], "no/such.json");
+    fails(
+        &["plan", "--snapshot", "no/such.json"],
+        "no/such.json: No such file",
+    );
+    let out = noexecute(&["plan", "--snapshot", "no/such.json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("No such file").count(),
+        1,
+        "the cause once: {stderr}"
+    );
     let bad = std::env::temp_dir().join(format!("noexecute-bad-snap-{}.json", std::process::id()));
     std::fs::write(&bad, "{\"items\": [{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"p\"}, \"spec\": {\"nodeName\": 7}}]}").unwrap();
     fails(
         &["plan", "--snapshot", bad.to_str().unwrap()],
-        "items[0]: Pod p:",
+        ":1:97: items[0]: invalid type: integer `7`, expected a string",
     );
     std::fs::write(&bad, "{\"items\": [").unwrap();
     fails(&["plan", "--snapshot", bad.to_str().unwrap()], ":1:");

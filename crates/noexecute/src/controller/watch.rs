@@ -1,4 +1,5 @@
-//! Watches of nodes and of bound pods, as slim objects, forwarded to the controller loop.
+//! Watches of nodes and of bound pods, decoded straight into slim objects (`crate::slim`),
+//! forwarded to the controller loop.
 //!
 //! kube's watcher does the listing (paginated), resumes from the last resource version, and
 //! relists after `410 Gone` (emitting `Init`, `InitApply`…, `InitDone` again). Errors are
@@ -15,15 +16,6 @@ use crate::slim::{self, SlimNode, SlimPod};
 
 pub type NodeEvent = watcher::Event<SlimNode>;
 pub type PodEvent = watcher::Event<SlimPod>;
-
-fn trim<K: kube::Resource>(event: &mut watcher::Event<K>) {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
-            slim::trim_meta(o.meta_mut());
-        }
-        watcher::Event::Init | watcher::Event::InitDone => {}
-    }
-}
 
 async fn forward<K>(
     api: Api<K>,
@@ -42,8 +34,7 @@ async fn forward<K>(
             item = stream.next() => item,
         };
         match item {
-            Some(Ok(mut event)) => {
-                trim(&mut event);
+            Some(Ok(event)) => {
                 if tx.send(event).await.is_err() {
                     return;
                 }
