@@ -280,3 +280,68 @@ fn the_plan_shows_the_brake_and_the_rate_limits() {
     at.sort_by(f64::total_cmp);
     assert_eq!(at, vec![0.0, 1.0, 2.0, 3.0, 300.0, 301.0]);
 }
+
+/// `plan` on a generated snapshot of realistic objects (managed fields, containers, status),
+/// streamed from JSON and read from YAML: every pod on the tainted zone's nodes gets the
+/// decision its tolerations call for, and nothing elsewhere is touched.
+#[test]
+fn plan_on_a_realistic_snapshot_json_and_yaml() {
+    use noexecute_testkit::realistic;
+    let (nodes, per_node) = (30, 12);
+    let dir = std::env::temp_dir().join(format!("noexecute-realistic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("snap.json");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&json).unwrap());
+    realistic::write_snapshot(&mut file, nodes, per_node).unwrap();
+    drop(file);
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let yaml = dir.join("snap.yaml");
+    std::fs::write(&yaml, serde_yaml_ng::to_string(&value).unwrap()).unwrap();
+
+    let mut outputs = Vec::new();
+    for path in [&json, &yaml] {
+        let out = noexecute(&[
+            "plan",
+            "--snapshot",
+            path.to_str().unwrap(),
+            "--taint-selector",
+            "topology.kubernetes.io/zone=zone-a",
+            "node.kubernetes.io/unreachable:NoExecute",
+            "-o",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        outputs.push(decisions(&rows));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(outputs[0], outputs[1], "JSON and YAML give the same plan");
+
+    let mut expected = Vec::new();
+    for n in (0..nodes).filter(|n| n % 3 == 0) {
+        for i in 0..per_node {
+            let index = n * per_node + i;
+            let at = match index % 10 {
+                0 => Some(0.0),
+                1 => None,
+                _ => Some(300.0),
+            };
+            expected.push((format!("team-{}/pod-{n}-{i}", index % 10), at));
+        }
+    }
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut got: Vec<(String, Option<f64>)> = outputs[0]
+        .iter()
+        .map(|(pod, _, at)| (pod.clone(), *at))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, expected);
+}

@@ -14,6 +14,8 @@
 //!   means the pod is gone or has a `deletionTimestamp`, and "not evicted" is checked over the
 //!   whole window, not at one instant.
 
+pub mod realistic;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
