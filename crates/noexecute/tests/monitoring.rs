@@ -158,6 +158,73 @@ fn tokenizer_finds_names_and_skips_strings_numbers_and_variables() {
     assert!(metric_names(r#"up{job='noexecute_\'quoted'}"#).is_empty());
 }
 
+/// GitHub's anchor of a Markdown heading: lower case, spaces to dashes, punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_severity_a_summary_a_description_and_a_runbook_section() -> Result<()> {
+    let root = repo_root();
+    let rules: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(
+        root.join("deploy/prometheus/rules.yaml"),
+    )?)?;
+    let operating = std::fs::read_to_string(root.join("docs/operating.md"))?;
+    let anchors: BTreeSet<String> = operating
+        .lines()
+        .filter_map(|l| {
+            l.trim_start_matches('#')
+                .strip_prefix(' ')
+                .filter(|_| l.starts_with('#'))
+        })
+        .map(anchor)
+        .collect();
+    let mut alerts = 0;
+    for rule in rules["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+    {
+        let name = rule["alert"]
+            .as_str()
+            .ok_or_else(|| anyhow!("a rule without a name: {rule}"))?;
+        alerts += 1;
+        let severity = rule["labels"]["severity"].as_str().unwrap_or("");
+        assert!(
+            ["critical", "warning", "info"].contains(&severity),
+            "{name}: severity {severity:?}"
+        );
+        for key in ["summary", "description"] {
+            assert!(
+                rule["annotations"][key]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty()),
+                "{name}: no {key}"
+            );
+        }
+        let runbook = rule["annotations"]["runbook"].as_str().unwrap_or("");
+        let section = runbook.strip_prefix("docs/operating.md#").ok_or_else(|| {
+            anyhow!("{name}: runbook {runbook:?} is not a docs/operating.md section")
+        })?;
+        assert!(
+            anchors.contains(section),
+            "{name}: docs/operating.md has no section #{section}"
+        );
+    }
+    ensure!(alerts > 0, "rules.yaml has no alert");
+    Ok(())
+}
+
 #[tokio::test]
 async fn every_metric_in_the_alerts_and_the_dashboard_is_exported() -> Result<()> {
     let root = repo_root();
