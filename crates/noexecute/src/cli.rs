@@ -52,9 +52,10 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
-    pub fn load(&self) -> Result<ClusterState> {
+    /// Read the cluster, keeping of each pod's labels only `pod_labels`.
+    pub fn load(&self, pod_labels: &crate::state::PodLabels) -> Result<ClusterState> {
         if let Some(path) = &self.snapshot {
-            return Ok(ClusterState::from_file(path)?);
+            return Ok(ClusterState::from_file(path, pod_labels)?);
         }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -63,7 +64,7 @@ impl SourceArgs {
         runtime.block_on(async {
             let client =
                 crate::cli::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
-            ClusterState::from_cluster(client).await
+            ClusterState::from_cluster(client, pod_labels).await
         })
     }
 }
@@ -211,14 +212,14 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
 
 fn plan_command(args: PlanArgs) -> Result<ExitCode> {
     let hypothesis = args.hypothesis.hypothesis()?;
-    let state = args.source.load()?;
+    let policy = args.policy.resolve()?;
+    let state = args.source.load(&policy.pod_labels())?;
     let now = wall_clock();
     let horizon = args
         .until
         .map(|u| now.plus(std::time::Duration::from_millis(u.0.unsigned_abs())));
-    let policy = args.policy.resolve()?;
     let result = plan::run(
-        &state,
+        state,
         &hypothesis,
         now,
         horizon,
@@ -239,10 +240,10 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
 
 fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     let hypothesis = args.hypothesis.hypothesis()?;
-    let state = args.source.load()?;
     let policy = args.policy.resolve()?;
+    let state = args.source.load(&policy.pod_labels())?;
     let text = explain::explain(
-        &state,
+        state,
         &hypothesis,
         &args.pod,
         wall_clock(),

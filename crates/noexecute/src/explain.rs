@@ -12,7 +12,7 @@ use crate::plan::{self, Hypothesis};
 use crate::state::ClusterState;
 
 pub fn explain(
-    state: &ClusterState,
+    state: ClusterState,
     hypothesis: &Hypothesis,
     target: &str,
     now: Time,
@@ -43,7 +43,7 @@ pub fn explain(
         let _ = writeln!(out, "Not bound to a node: taint eviction does not apply.");
         return Ok(out);
     };
-    let added = hypothesis.resolve(state)?;
+    let added = hypothesis.resolve(&state)?;
     let node = state
         .nodes
         .iter()

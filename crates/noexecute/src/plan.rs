@@ -143,15 +143,24 @@ pub struct Plan {
 }
 
 /// Run the plan at wall-clock time `now` (Unix milliseconds), up to `horizon` if given.
+/// Consumes the state: each pod is dropped once the engine has it, so a large snapshot is not
+/// held twice.
 pub fn run(
-    state: &ClusterState,
+    state: ClusterState,
     hypothesis: &Hypothesis,
     now: Time,
     horizon: Option<Time>,
     policy: &crate::policy::Policy,
     comparison_operators: bool,
 ) -> Result<Plan, String> {
-    let added = hypothesis.resolve(state)?;
+    let added = hypothesis.resolve(&state)?;
+    let ClusterState {
+        nodes: listed_nodes,
+        pods: listed_pods,
+        source,
+        ..
+    } = state;
+    let node_count = listed_nodes.len();
     let mut config = policy.engine_config(comparison_operators);
     // Existing taints are counted from timeAdded whatever the policy: it is the best estimate
     // of when the running controller started counting.
@@ -165,16 +174,16 @@ pub fn run(
     pipeline.listing_started(Watched::Pods);
     let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
     let mut released: BTreeSet<String> = BTreeSet::new();
-    for n in &state.nodes {
-        let obs = convert::node(n);
+    for n in listed_nodes {
+        let obs = convert::node(&n);
         if crate::policy::release_annotated(&n.metadata) {
             released.insert(obs.name.clone());
         }
         nodes.insert(obs.name.clone(), obs.taints.clone());
         pipeline.upsert_node(&obs, released.contains(&obs.name), now);
     }
-    for p in &state.pods {
-        let mut obs = convert::pod(p);
+    for p in listed_pods {
+        let mut obs = convert::pod(&p);
         obs.excluded = policy.excludes(&obs.namespace, p.metadata.labels.as_ref());
         pipeline.upsert_pod(obs, now);
     }
@@ -347,14 +356,14 @@ pub fn run(
                 &b.pod,
             ))
     });
-    let unaffected_nodes = state.nodes.len().saturating_sub(affected.len());
+    let unaffected_nodes = node_count.saturating_sub(affected.len());
     Ok(Plan {
         now,
         rows,
         affected_nodes: affected.len(),
         unaffected_pods,
         unaffected_nodes,
-        source: state.source.clone(),
+        source,
         horizon,
         brake: brake.filter(|_| pipeline.braking()),
     })

@@ -346,6 +346,17 @@ impl Policy {
         }
     }
 
+    /// The pod labels this policy reads: what `plan` and `explain` keep of each pod's labels.
+    pub fn pod_labels(&self) -> crate::state::PodLabels {
+        crate::state::PodLabels::Only(
+            self.exclude_selector
+                .iter()
+                .flat_map(|s| s.keys())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
     /// Whether a pod is excluded from eviction.
     pub fn excludes(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
         if self.exclude_namespaces.contains(namespace) {

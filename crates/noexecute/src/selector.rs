@@ -43,6 +43,16 @@ impl Selector {
         Ok(Selector(reqs))
     }
 
+    /// The label keys this selector reads.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|r| match r {
+            Requirement::Equals(k, _)
+            | Requirement::NotEquals(k, _)
+            | Requirement::Exists(k)
+            | Requirement::NotExists(k) => k.as_str(),
+        })
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => labels.get(k) == Some(v),

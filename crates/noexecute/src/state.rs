@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -20,6 +21,26 @@ use crate::input::InputError;
 
 /// Errors loading a snapshot; see [`crate::input::InputError`].
 pub type SnapshotError = InputError;
+
+/// Which pod labels to keep. Node labels are always kept (`--taint-selector` reads them); of a
+/// pod's only those the exclusion policy reads, which on a large cluster saves about half of
+/// what a pod costs here.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodLabels {
+    All,
+    Only(BTreeSet<String>),
+}
+
+impl PodLabels {
+    fn trim(&self, meta: &mut kube::core::ObjectMeta) {
+        if let PodLabels::Only(keys) = self {
+            meta.labels = meta.labels.take().and_then(|mut labels| {
+                labels.retain(|k, _| keys.contains(k));
+                (!labels.is_empty()).then_some(labels)
+            });
+        }
+    }
+}
 
 /// Nodes and pods, and where they came from.
 #[derive(Debug, Clone, Default)]
@@ -40,7 +61,7 @@ impl ClusterState {
     /// pods fits in a fraction of it; `docs/benchmarks.md`). YAML cannot be streamed by the
     /// YAML library, which loads a document's events whole: the file is read into memory and
     /// costs several times its size. Use JSON (`-o json`) for large clusters.
-    pub fn from_file(path: &Path) -> Result<ClusterState, SnapshotError> {
+    pub fn from_file(path: &Path, pod_labels: &PodLabels) -> Result<ClusterState, SnapshotError> {
         let read = |cause| InputError::Read {
             path: path.to_path_buf(),
             cause,
@@ -51,28 +72,35 @@ impl ClusterState {
         match head.iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'{' | b'[') => {
                 let mut de = serde_json::Deserializer::from_reader(reader);
-                Loader::new(path).json(&mut de)
+                Loader::new(path, pod_labels).json(&mut de)
             }
             _ => {
                 let mut text = String::new();
                 reader.read_to_string(&mut text).map_err(read)?;
-                ClusterState::parse(path, &text)
+                ClusterState::parse(path, &text, pod_labels)
             }
         }
     }
 
     /// Read a snapshot held in memory (see [`ClusterState::from_file`]).
-    pub fn parse(path: &Path, text: &str) -> Result<ClusterState, SnapshotError> {
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        pod_labels: &PodLabels,
+    ) -> Result<ClusterState, SnapshotError> {
         if text.trim_start().starts_with(['{', '[']) {
             let mut de = serde_json::Deserializer::from_str(text);
-            Loader::new(path).json(&mut de)
+            Loader::new(path, pod_labels).json(&mut de)
         } else {
-            Loader::new(path).yaml(serde_yaml_ng::Deserializer::from_str(text))
+            Loader::new(path, pod_labels).yaml(serde_yaml_ng::Deserializer::from_str(text))
         }
     }
 
     /// Read the cluster live. Only `list` calls, paginated.
-    pub async fn from_cluster(client: Client) -> anyhow::Result<ClusterState> {
+    pub async fn from_cluster(
+        client: Client,
+        pod_labels: &PodLabels,
+    ) -> anyhow::Result<ClusterState> {
         let nodes: Api<SlimNode> = Api::all_with(client.clone(), &slim::node_resource());
         let pods: Api<SlimPod> = Api::all_with(client, &slim::pod_resource());
         let mut state = ClusterState {
@@ -91,7 +119,10 @@ impl ClusterState {
         let mut lp = ListParams::default().limit(500).fields("spec.nodeName!=");
         loop {
             let page = pods.list(&lp).await.context("listing pods")?;
-            state.pods.extend(page.items);
+            state.pods.extend(page.items.into_iter().map(|mut p| {
+                pod_labels.trim(&mut p.metadata);
+                p
+            }));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => lp = lp.continue_token(&token),
                 None => break,
@@ -105,15 +136,17 @@ impl ClusterState {
 /// a semantic error that stopped the decoding.
 struct Loader<'p> {
     path: &'p Path,
+    pod_labels: &'p PodLabels,
     state: RefCell<ClusterState>,
     item: Cell<Option<(&'static str, usize)>>,
     failed: RefCell<Option<InputError>>,
 }
 
 impl<'p> Loader<'p> {
-    fn new(path: &'p Path) -> Self {
+    fn new(path: &'p Path, pod_labels: &'p PodLabels) -> Self {
         Loader {
             path,
+            pod_labels,
             state: RefCell::new(ClusterState {
                 source: format!("snapshot {}", path.display()),
                 ..ClusterState::default()
@@ -203,6 +236,7 @@ impl<'p> Loader<'p> {
             }),
             "Pod" => {
                 let mut metadata = item.metadata;
+                self.pod_labels.trim(&mut metadata);
                 if metadata.namespace.as_deref().is_none_or(str::is_empty) {
                     metadata.namespace = Some("default".into());
                 }
@@ -225,7 +259,7 @@ impl<'p> Loader<'p> {
 #[derive(Default)]
 struct Item {
     kind: Option<String>,
-    metadata: kube::core::ObjectMeta,
+    metadata: Box<kube::core::ObjectMeta>,
     spec: ItemSpec,
     status: Option<slim::PodStatus>,
 }
@@ -388,7 +422,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ClusterState, SnapshotError> {
-        ClusterState::parse(Path::new("snap.json"), text)
+        ClusterState::parse(Path::new("snap.json"), text, &PodLabels::All)
     }
 
     #[test]
@@ -482,12 +516,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         let file = dir.join("snap.json");
         std::fs::write(&file, json).unwrap_or_else(|e| panic!("{e}"));
-        let from_file = ClusterState::from_file(&file).unwrap_or_else(|e| panic!("{e}"));
+        let from_file =
+            ClusterState::from_file(&file, &PodLabels::All).unwrap_or_else(|e| panic!("{e}"));
         let value: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
         let yaml_text = serde_yaml_ng::to_string(&value).unwrap_or_else(|e| panic!("{e}"));
         let yaml_file = dir.join("snap.yaml");
         std::fs::write(&yaml_file, yaml_text).unwrap_or_else(|e| panic!("{e}"));
-        let from_yaml = ClusterState::from_file(&yaml_file).unwrap_or_else(|e| panic!("{e}"));
+        let from_yaml =
+            ClusterState::from_file(&yaml_file, &PodLabels::All).unwrap_or_else(|e| panic!("{e}"));
         std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         for state in [&from_text, &from_file, &from_yaml] {
             assert_eq!(state.nodes, from_text.nodes);
@@ -532,7 +568,7 @@ mod tests {
     /// error chain).
     #[test]
     fn a_missing_file_says_why_once() {
-        let err = ClusterState::from_file(Path::new("/nonexistent/snap.json"))
+        let err = ClusterState::from_file(Path::new("/nonexistent/snap.json"), &PodLabels::All)
             .err()
             .map(|e| format!("{:#}", anyhow::Error::from(e)))
             .unwrap_or_default();
