@@ -7,8 +7,12 @@
 //! One run:
 //! 1. a fresh plane; N nodes × M pods: 10% tolerate nothing, 80% tolerate not-ready and
 //!    unreachable for S seconds (as DefaultTolerationSeconds would, with S), 10% forever;
-//! 2. the controller starts and proves it is live: a canary pod on a canary node is evicted;
-//! 3. every node gets `node.kubernetes.io/unreachable:NoExecute` at once;
+//!    Pods and nodes are realistic objects (`noexecute_testkit::realistic`: two containers
+//!    with env and probes, volumes, labels; the API server adds managed fields), so both
+//!    controllers decode what they would in production;
+//! 2. a canary node is tainted and a canary pod bound to it, then the controller starts: the
+//!    canary's eviction is its time to synced, and the CPU until then its initial-list CPU;
+//! 3. every node (or a share of them) gets `node.kubernetes.io/unreachable:NoExecute` at once;
 //! 4. a watch records when each pod is evicted (deletion timestamp set or gone), until every
 //!    expected eviction is seen, then a few more seconds to catch wrong ones;
 //! 5. the controller process's RSS (steady and peak) and CPU, and the API server's request
@@ -23,7 +27,9 @@ use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use kube::api::PostParams;
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
+use noexecute_testkit::realistic;
 use noexecute_testkit::*;
 use serde::Serialize;
 
@@ -62,6 +68,9 @@ pub struct Options {
     pub taint_spread: Duration,
     /// Extra flags for `noexecute run`.
     pub noexecute_args: Vec<String>,
+    /// The share of nodes that get the taint (1.0: all). Pods on the other nodes must not be
+    /// evicted.
+    pub taint_share: f64,
 }
 
 /// What a pod is expected to do.
@@ -92,6 +101,13 @@ pub struct Outcome {
     pub taint_spread_s: f64,
     /// Extra flags noexecute ran with.
     pub args: Vec<String>,
+    /// Nodes tainted (the rest are left alone).
+    pub tainted_nodes: usize,
+    /// From starting the controller to its first eviction (of a canary on a node tainted
+    /// before the start), in seconds: the initial list, sync and one eviction.
+    pub time_to_synced_s: f64,
+    /// User + system CPU seconds from the start to that first eviction.
+    pub cpu_initial_s: f64,
     /// Taint to the last untolerated pod evicted, in seconds.
     /// (With spread taints: from the first taint.)
     pub makespan_s: f64,
@@ -102,7 +118,7 @@ pub struct Outcome {
     /// Resident memory once synced and idle, and the process's peak, in MiB.
     pub rss_steady_mib: f64,
     pub rss_peak_mib: f64,
-    /// User + system CPU seconds from the taint to the end of the run.
+    /// User + system CPU seconds from the mass taint to the end of the run.
     pub cpu_s: f64,
     /// API server requests made during the run, by "VERB resource[/subresource]".
     pub requests: BTreeMap<String, f64>,
@@ -207,6 +223,28 @@ fn request_counts(plane: &Plane) -> Result<BTreeMap<String, f64>> {
     Ok(out)
 }
 
+/// An object as a client creates it: without what the API server sets (uid, resource
+/// version, managed fields, creation time, status) and without owner references (nothing owns
+/// these; a garbage collector would otherwise delete them).
+fn for_create<K: kube::Resource>(mut object: K) -> K {
+    let meta = object.meta_mut();
+    meta.uid = None;
+    meta.resource_version = None;
+    meta.managed_fields = None;
+    meta.creation_timestamp = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    object
+}
+
+async fn is_evicted(api: &kube::Api<Pod>, name: &str) -> Result<bool> {
+    Ok(api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading pod {name}"))?
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some()))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -242,8 +280,15 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     );
     let node_names: Vec<String> = futures::stream::iter(0..opts.nodes)
         .map(|n| {
-            let ns = &ns;
-            async move { ns.create_node(&format!("n{n}"), vec![]).await }
+            let api = ns.nodes();
+            async move {
+                let name = format!("n{n}");
+                let node = for_create(realistic::node(&name, n)?);
+                api.create(&PostParams::default(), &node)
+                    .await
+                    .with_context(|| format!("creating node {name}"))?;
+                Ok::<_, anyhow::Error>(name)
+            }
         })
         .buffer_unordered(32)
         .try_collect()
@@ -259,25 +304,52 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
             let class = class_of(index);
             let pod_name = format!("p{index}");
             classes.insert(pod_name.clone(), (class, node.clone()));
-            specs.push(pod(
-                &pod_name,
-                node,
-                tolerations(class, opts.toleration_seconds),
-                None,
-            ));
+            specs.push((pod_name, node.clone(), index, class));
         }
     }
+    let created = Instant::now();
     futures::stream::iter(specs)
-        .map(|p| {
+        .map(|(name, node, index, class)| {
             let api = pods_api.clone();
-            async move { api.create(&PostParams::default(), &p).await }
+            let ns = ns.name.clone();
+            let seconds = opts.toleration_seconds;
+            async move {
+                let tolerations = tolerations(class, seconds);
+                let pod = for_create(realistic::pod(&name, &ns, &node, index, &tolerations)?);
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("creating pod {name}"))?;
+                Ok::<_, anyhow::Error>(())
+            }
         })
         .buffer_unordered(64)
-        .try_collect::<Vec<Pod>>()
+        .try_collect::<Vec<()>>()
         .await
         .context("creating pods")?;
+    eprintln!(
+        "[{which}] {total} pods created in {:.0} s",
+        created.elapsed().as_secs_f64()
+    );
+
+    // The canary: its node is tainted before the controller starts, so its eviction is the
+    // controller's first, as soon as it has listed and synced.
+    let canary_node = ns.create_node("canary", vec![]).await?;
+    ns.create_pod(&pod(
+        "canary",
+        &canary_node,
+        tolerations(Class::Untolerated, 0),
+        Some(0),
+    ))
+    .await?;
+    add_taint(
+        &ns.nodes(),
+        &canary_node,
+        no_execute("example.com/canary", ""),
+    )
+    .await?;
 
     // Start the controller with the same client limits.
+    let start = Instant::now();
     let qps = format!("{}", opts.qps);
     let burst = format!("{}", opts.burst);
     let running = match which {
@@ -299,8 +371,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
                 &burst,
             ];
             args.extend(opts.noexecute_args.iter().map(String::as_str));
-            let mut c = Controller::start(plane, &opts.binary, "bench", &args)?;
-            c.wait_ready(Duration::from_secs(120)).await?;
+            let c = Controller::start(plane, &opts.binary, "bench", &args)?;
             Running::Noexecute(Box::new(c))
         }
     };
@@ -310,25 +381,25 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     }
     .context("the controller's pid")?;
 
-    // Liveness proof, the same for both: a canary is evicted.
-    let canary_node = ns.create_node("canary", vec![]).await?;
-    ns.create_pod(&pod(
-        "canary",
-        &canary_node,
-        tolerations(Class::Untolerated, 0),
-        Some(0),
-    ))
-    .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    add_taint(
-        &ns.nodes(),
-        &canary_node,
-        no_execute("example.com/canary", ""),
-    )
-    .await?;
-    wait_evicted(&pods_api, "canary", Duration::from_secs(120))
-        .await
-        .context("the controller did not evict the canary")?;
+    // Time to synced, the same for both: the canary is evicted.
+    let mut peak = 0f64;
+    let synced_by = Instant::now() + Duration::from_secs(600);
+    let (time_to_synced, cpu_initial) = loop {
+        if let Ok((_, _, hwm)) = process_stats(pid) {
+            peak = peak.max(hwm);
+        }
+        if is_evicted(&pods_api, "canary").await? {
+            let (cpu, _, _) = process_stats(pid)?;
+            break (start.elapsed().as_secs_f64(), cpu);
+        }
+        if Instant::now() > synced_by {
+            bail!("[{which}] the controller did not evict the canary within 600 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "[{which}] synced: canary evicted {time_to_synced:.1} s after the start, {cpu_initial:.1} s CPU"
+    );
     // Let the canary's aftermath (events) pass before measuring.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (cpu_before, rss_steady, _) = process_stats(pid)?;
@@ -338,7 +409,9 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     let evicted_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let recorder = {
         let evicted_at = evicted_at.clone();
-        let api = pods_api.clone();
+        // Metadata only: the harness shares the machine and should cost little.
+        let api: kube::Api<PartialObjectMeta<Pod>> =
+            kube::Api::namespaced(client.clone(), &ns.name);
         tokio::spawn(async move {
             let mut stream = watcher(api, watcher::Config::default()).boxed();
             while let Ok(Some(event)) = stream.try_next().await {
@@ -358,44 +431,46 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
 
+    let tainted_count = ((opts.nodes as f64 * opts.taint_share.clamp(0.0, 1.0)).round() as usize)
+        .clamp(1, opts.nodes.max(1));
+    let to_taint: Vec<String> = node_names.iter().take(tainted_count).cloned().collect();
     eprintln!(
-        "[{which}] tainting {} nodes over {:?}",
+        "[{which}] tainting {tainted_count} of {} nodes over {:?}",
         opts.nodes, opts.taint_spread
     );
     let nodes_api = ns.nodes();
     let started = Instant::now();
-    let step = opts.taint_spread.div_f64(opts.nodes.max(1) as f64);
-    let tainted: Vec<(String, Instant)> =
-        futures::stream::iter(node_names.clone().into_iter().enumerate())
-            .map(|(i, n)| {
-                let api = nodes_api.clone();
-                async move {
-                    if !step.is_zero() {
-                        tokio::time::sleep_until((started + step.mul_f64(i as f64)).into()).await;
-                    }
-                    add_taint(&api, &n, no_execute(TAINT_KEY, "")).await?;
-                    // The taint is in effect once the API server has it: take the time after.
-                    Ok::<_, anyhow::Error>((n, Instant::now()))
+    let step = opts.taint_spread.div_f64(tainted_count as f64);
+    let tainted: Vec<(String, Instant)> = futures::stream::iter(to_taint.into_iter().enumerate())
+        .map(|(i, n)| {
+            let api = nodes_api.clone();
+            async move {
+                if !step.is_zero() {
+                    tokio::time::sleep_until((started + step.mul_f64(i as f64)).into()).await;
                 }
-            })
-            .buffer_unordered(50)
-            .try_collect()
-            .await?;
+                add_taint(&api, &n, no_execute(TAINT_KEY, "")).await?;
+                // The taint is in effect once the API server has it: take the time after.
+                Ok::<_, anyhow::Error>((n, Instant::now()))
+            }
+        })
+        .buffer_unordered(50)
+        .try_collect()
+        .await?;
     let tainted: HashMap<String, Instant> = tainted.into_iter().collect();
 
     // Wait for every expected eviction (bounded by what the QPS allows, with room).
     let expected: BTreeSet<String> = classes
         .iter()
-        .filter(|(_, (c, _))| *c != Class::Forever)
+        .filter(|(_, (c, node))| *c != Class::Forever && tainted.contains_key(node))
         .map(|(n, _)| n.clone())
         .collect();
+    let expected_count = expected.len();
     let budget = Duration::from_secs_f64(
         opts.toleration_seconds as f64
             + opts.taint_spread.as_secs_f64()
             + 60.0
-            + total as f64 * 6.0 / opts.qps,
+            + expected_count as f64 * 6.0 / opts.qps,
     );
-    let mut peak = 0f64;
     let deadline = Instant::now() + budget;
     loop {
         let seen = evicted_at.lock().map(|m| m.len()).unwrap_or(0);
@@ -436,7 +511,11 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         .collect();
     let wrong = evicted_names
         .iter()
-        .filter(|n| classes.get(*n).is_some_and(|(c, _)| *c == Class::Forever))
+        .filter(|n| {
+            classes
+                .get(*n)
+                .is_some_and(|(c, node)| *c == Class::Forever || !tainted.contains_key(node))
+        })
         .count();
     let missed = expected.difference(&evicted_names).count();
     let makespan = classes
@@ -478,6 +557,9 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         burst: opts.burst,
         taint_spread_s: opts.taint_spread.as_secs_f64(),
         args: opts.noexecute_args.clone(),
+        tainted_nodes: tainted_count,
+        time_to_synced_s: time_to_synced,
+        cpu_initial_s: cpu_initial,
         makespan_s: makespan,
         lag_p50_ms: percentile(&lags, 50.0),
         lag_p99_ms: percentile(&lags, 99.0),
@@ -525,10 +607,11 @@ fn ratio(ours: f64, theirs: f64) -> String {
 /// The side-by-side Markdown table (noexecute / upstream ratios).
 pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
     let mut s = format!(
-        "{} nodes × {} pods ({} pods), S = {} s, QPS/burst {}/{}{}{}\n\n| metric | upstream | noexecute | noexecute / upstream |\n|---|---|---|---|\n",
+        "{} nodes × {} pods ({} pods), {} node(s) tainted, S = {} s, QPS/burst {}/{}{}{}\n\n| metric | upstream | noexecute | noexecute / upstream |\n|---|---|---|---|\n",
         ours.nodes,
         ours.pods / ours.nodes.max(1),
         ours.pods,
+        ours.tainted_nodes,
         ours.toleration_seconds,
         ours.qps,
         ours.burst,
@@ -543,7 +626,19 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             format!(", noexecute {}", ours.args.join(" "))
         }
     );
-    let rows: [(&str, f64, f64, &str); 8] = [
+    let rows: [(&str, f64, f64, &str); 10] = [
+        (
+            "time to synced: start → first eviction",
+            upstream.time_to_synced_s,
+            ours.time_to_synced_s,
+            "s",
+        ),
+        (
+            "CPU (user + sys) from the start to synced",
+            upstream.cpu_initial_s,
+            ours.cpu_initial_s,
+            "s",
+        ),
         (
             "makespan: taint → last untolerated pod evicted",
             upstream.makespan_s,
@@ -576,7 +671,7 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
         ),
         ("RSS, peak", upstream.rss_peak_mib, ours.rss_peak_mib, "MiB"),
         (
-            "CPU (user + sys) over the run",
+            "CPU (user + sys) from the mass taint to the end",
             upstream.cpu_s,
             ours.cpu_s,
             "s",
