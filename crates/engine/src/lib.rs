@@ -48,8 +48,8 @@ pub use engine::{Config, Engine, EvictionView, Input, PodView, Stage};
 pub use observe::{EvictionId, NodeObservation, Outcome, Phase, PodObservation, Report, Uid};
 pub use pace::{BrakeChange, PaceConfig, Pacer};
 pub use pipeline::{
-    Attempt, AttemptId, AttemptReport, AttemptResult, Effect as PipelineEffect, Pipeline,
-    PipelineConfig,
+    Attempt, AttemptId, AttemptReport, AttemptResult, Countdown, Effect as PipelineEffect, Held,
+    Pipeline, PipelineConfig,
 };
 pub use schedule::DeadlineQueue;
 pub use taint::{Effect, Taint};

@@ -255,6 +255,51 @@ enum Where {
     Retrying,
 }
 
+/// Where a pending eviction is, as [`Pipeline::countdowns`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Counting down to its deadline in the engine.
+    Counting,
+    /// Due, but this replica may not act (not synced, or not leading).
+    Parked,
+    /// Due, held by the per-node rate or the mass-eviction brake's pacing.
+    Pacing,
+    /// Due, held because the mass-eviction brake is engaged.
+    Brake,
+    /// Due, waiting for an executor slot (or for an earlier attempt on the pod).
+    Queued,
+    /// Being evicted now.
+    InFlight,
+    /// An attempt failed; the next is due at `at`.
+    Retrying { at: Option<Time> },
+}
+
+impl Held {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Held::Counting => "counting",
+            Held::Parked => "parked",
+            Held::Pacing => "pacing",
+            Held::Brake => "brake",
+            Held::Queued => "queued",
+            Held::InFlight => "in-flight",
+            Held::Retrying { .. } => "retrying",
+        }
+    }
+}
+
+/// One pending eviction: the pod (and its node), its deadline, where it is held and why.
+#[derive(Clone, Debug)]
+pub struct Countdown {
+    pub pod: PodRef,
+    pub deadline: Time,
+    pub held: Held,
+    /// Failed attempts so far.
+    pub failures: u32,
+    /// The taint and toleration that make it due (`None` if the node's taints are unknown).
+    pub reason: Option<String>,
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
     pod: PodRef,
@@ -428,6 +473,64 @@ impl Pipeline {
                 .values()
                 .filter(|e| e.at != Where::Retrying)
                 .count()
+    }
+
+    /// Every pending eviction with where it is held and why it is due, sorted by deadline
+    /// (then pod): what `noexecute status` shows. O(pending · log pending).
+    pub fn countdowns(&self) -> Vec<Countdown> {
+        let gate = self.config.engine.comparison_operators;
+        let mut out: Vec<Countdown> = self
+            .engine
+            .pending()
+            .filter_map(|view| {
+                let eviction = view.eviction?;
+                let entry = self.entries.get(&eviction.id);
+                let held = match entry.map(|e| &e.at) {
+                    None => match eviction.stage {
+                        crate::Stage::Retrying => Held::Retrying {
+                            at: eviction.retry_at,
+                        },
+                        _ => Held::Counting,
+                    },
+                    Some(Where::Parked) => Held::Parked,
+                    Some(Where::Paced) if self.pacer.braking() => Held::Brake,
+                    Some(Where::Paced) => Held::Pacing,
+                    Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
+                    Some(Where::InFlight(_)) => Held::InFlight,
+                    Some(Where::Retrying) => Held::Retrying {
+                        at: eviction.retry_at,
+                    },
+                };
+                let cause = entry.and_then(|e| e.cause.clone()).or_else(|| {
+                    let taints = view
+                        .pod
+                        .node
+                        .as_deref()
+                        .and_then(|n| self.engine.node_taints(n))?;
+                    let verdict = crate::toleration::verdict(taints, view.tolerations, gate);
+                    Some(Cause {
+                        taints: taints.into(),
+                        tolerations: view.tolerations.into(),
+                        verdict,
+                    })
+                });
+                Some(Countdown {
+                    pod: view.pod,
+                    deadline: eviction.deadline,
+                    held,
+                    failures: entry.map_or(0, |e| e.failures),
+                    reason: cause.map(|c| c.to_string()),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (a.deadline, &*a.pod.namespace, &*a.pod.name).cmp(&(
+                b.deadline,
+                &*b.pod.namespace,
+                &*b.pod.name,
+            ))
+        });
+        out
     }
 
     /// Attempts started and not yet reported (cancelled ones included).

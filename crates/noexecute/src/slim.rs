@@ -141,6 +141,38 @@ pub struct PodSpec {
 pub struct PodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// When a taint eviction controller marked the pod for deletion: the last transition of
+    /// its `DisruptionTarget` condition with reason `DeletionByTaintManager`. Only that
+    /// condition is kept of the pod's conditions (the second-controller guard reads it).
+    #[serde(
+        default,
+        rename = "conditions",
+        deserialize_with = "taint_disruption",
+        skip_serializing
+    )]
+    pub taint_disruption: Option<Time>,
+}
+
+/// The `DisruptionTarget` condition's reason when a taint manager set it.
+pub const TAINT_DISRUPTION_REASON: &str = "DeletionByTaintManager";
+
+fn taint_disruption<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wire<'a> {
+        #[serde(rename = "type", borrow)]
+        type_: Cow<'a, str>,
+        #[serde(default, borrow)]
+        reason: Option<Cow<'a, str>>,
+        #[serde(default, rename = "lastTransitionTime", borrow)]
+        last_transition_time: Option<Cow<'a, str>>,
+    }
+    let conditions = Option::<Vec<Wire<'de>>>::deserialize(d)?;
+    // Only the matching condition's time is parsed.
+    Ok(conditions.into_iter().flatten().find_map(|c| {
+        (c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some(TAINT_DISRUPTION_REASON))
+            .then(|| c.last_transition_time?.parse().ok().map(Time))
+            .flatten()
+    }))
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]

@@ -26,15 +26,6 @@ const PLAIN: [&str; 4] = [
     "flowschema.yaml",
 ];
 
-/// Flags the chart renders that the binary may not have yet (issue 14 adds them). Once
-/// `noexecute run --help` lists one, remove it from here: from then on it is checked.
-const FLAGS_NOT_YET_IN_BINARY: [&str; 4] = [
-    "--admin-tls-cert-file",
-    "--admin-tls-key-file",
-    "--admin-insecure",
-    "--refuse-if-foreign",
-];
-
 fn chart() -> PathBuf {
     repo_root().join("deploy/helm/noexecute")
 }
@@ -278,10 +269,6 @@ fn every_rendered_flag_and_policy_file_is_accepted_by_the_binary() -> Result<()>
                 flag.starts_with("--"),
                 "{what}: argument {arg:?} is no flag"
             );
-            if FLAGS_NOT_YET_IN_BINARY.contains(&flag) && !known.contains(flag) {
-                println!("{what}: {flag} is not in this binary yet (issue 14)");
-                continue;
-            }
             assert!(
                 known.contains(flag),
                 "{what}: `noexecute run` has no flag {flag} (fix templates/_helpers.tpl)"

@@ -731,6 +731,20 @@ impl Controller {
     /// Start `binary run` against `plane` as the controller's service account, with `args`
     /// appended. `name` names the log file.
     pub fn start(plane: &Plane, binary: &Path, name: &str, args: &[&str]) -> Result<Controller> {
+        let mut all = vec!["--admin-insecure"];
+        all.extend_from_slice(args);
+        Controller::start_secure(plane, binary, name, &all)
+    }
+
+    /// [`Controller::start`] without `--admin-insecure`: the admin server serves TLS, and
+    /// `/metrics` and `/status` only to authorized callers (the plain-HTTP helpers here then
+    /// cannot read them).
+    pub fn start_secure(
+        plane: &Plane,
+        binary: &Path,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Controller> {
         let port = free_port()?;
         let admin: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let log = plane.state_dir.join(format!("controller-{name}.log"));

@@ -1,5 +1,11 @@
 //! The admin server: `/healthz` (the process is alive and its loop turns), `/readyz` (caches
-//! synced and, with leader election, leading or standing by) and `/metrics`.
+//! synced and, with leader election, leading or standing by), `/metrics` and `/status` (the
+//! pending evictions, `super::status`).
+//!
+//! As kube-controller-manager serves its own: over TLS, with `/metrics` and `/status` (which
+//! name pods) only for callers the API server authenticates and authorizes (`super::access`);
+//! the probes stay open. `--admin-insecure` serves everything over plain HTTP without
+//! authentication, for local use.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,12 +13,16 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+
+use super::access::{Access, Decision};
 
 /// Health as the probes see it. Written by the controller, read by the server.
 #[derive(Debug)]
@@ -64,9 +74,72 @@ impl Health {
     }
 }
 
+/// Asks the controller loop for its status; the loop answers on the enclosed channel.
+pub type StatusRequests = mpsc::Sender<oneshot::Sender<super::status::Status>>;
+
+/// How the admin server is reached.
+pub enum Security {
+    /// Plain HTTP, nobody asked who they are.
+    Insecure,
+    /// TLS, and `/metrics` and `/status` only for callers `access` allows.
+    Tls {
+        config: Box<rustls::ServerConfig>,
+        access: Arc<Access>,
+    },
+}
+
 struct AdminState {
     registry: Registry,
     health: Arc<Health>,
+    status: StatusRequests,
+    access: Option<Arc<Access>>,
+}
+
+/// The gate in front of `/metrics` and `/status`.
+async fn guard(State(state): State<Arc<AdminState>>, request: Request, next: Next) -> Response {
+    if let Some(access) = &state.access {
+        let decision = access
+            .check(
+                request.headers().get(header::AUTHORIZATION),
+                request.uri().path(),
+            )
+            .await;
+        let message = match &decision {
+            Decision::Allowed => return next.run(request).await,
+            Decision::Unauthenticated => {
+                "Unauthorized: a bearer token the API server accepts is required\n".to_string()
+            }
+            Decision::Forbidden(user) => format!(
+                "Forbidden: user \"{user}\" may not get path \"{}\"\n",
+                request.uri().path()
+            ),
+            Decision::Unavailable => "the API server could not be asked who you are\n".to_string(),
+        };
+        return (decision.status(), message).into_response();
+    }
+    next.run(request).await
+}
+
+async fn status(State(state): State<Arc<AdminState>>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    if state.status.send(reply).await.is_err() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controller loop is not running\n",
+        )
+            .into_response();
+    }
+    match tokio::time::timeout(Duration::from_secs(10), answer).await {
+        Ok(Ok(status)) => match serde_json::to_string(&status) {
+            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response(),
+        },
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controller loop did not answer\n",
+        )
+            .into_response(),
+    }
 }
 
 async fn healthz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
@@ -114,24 +187,42 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Registry,
     health: Arc<Health>,
+    status_requests: StatusRequests,
+    security: Security,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let state = Arc::new(AdminState { registry, health });
+    let (tls, access) = match security {
+        Security::Insecure => (None, None),
+        Security::Tls { config, access } => (Some(config), Some(access)),
+    };
+    let state = Arc::new(AdminState {
+        registry,
+        health,
+        status: status_requests,
+        access,
+    });
+    let guarded = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard));
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .merge(guarded)
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "admin server failed");
-        }
-    });
+    let task = match tls {
+        Some(config) => tokio::spawn(super::tls::serve(listener, *config, app, shutdown)),
+        None => tokio::spawn(async move {
+            let result = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "admin server failed");
+            }
+        }),
+    };
     Ok((bound, task))
 }
 

@@ -17,16 +17,18 @@ use noexecute_engine::pipeline::{
     AttemptId, AttemptReport, AttemptResult, Effect, HeldBy, Watched,
 };
 use noexecute_engine::{Action, Pipeline};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::admin::Health;
 use super::clock::Clock;
 use super::events::EventSink;
 use super::executor::Executor;
+use super::foreign::{Finding, Guard};
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::{Hold, RateLimiter};
+use super::status::Status;
 use super::watch::{NodeEvent, PodEvent};
 use crate::convert;
 
@@ -52,6 +54,16 @@ pub struct Driver {
     /// When the pending gauge may be refreshed next, and whether a refresh was skipped.
     gauges_at: Option<std::time::Instant>,
     gauges_stale: bool,
+    /// This replica's identity (for `/status`).
+    identity: String,
+    /// The second-controller guard.
+    guard: Guard,
+    /// Stop evicting when another taint eviction controller is seen (`--refuse-if-foreign`).
+    refuse_if_foreign: bool,
+    /// Set once it has: evictions stay parked until a restart.
+    refusing: bool,
+    /// Whether the lease says this replica leads.
+    leading: bool,
 }
 
 /// Why the loop stopped.
@@ -75,6 +87,8 @@ impl Driver {
         health: Arc<Health>,
         brake_object: ObjectReference,
         limiter: Arc<RateLimiter>,
+        identity: String,
+        refuse_if_foreign: bool,
     ) -> Driver {
         Driver {
             pipeline,
@@ -91,6 +105,61 @@ impl Driver {
             backlog: None,
             gauges_at: None,
             gauges_stale: false,
+            identity,
+            guard: Guard::default(),
+            refuse_if_foreign,
+            refusing: false,
+            leading: false,
+        }
+    }
+
+    /// Leadership as the lease and the guard allow it.
+    fn set_leading(&mut self, leading: bool) {
+        let now = self.clock.now();
+        self.leading = leading;
+        self.guard.set_leading(leading, now);
+        self.pipeline.set_leading(leading && !self.refusing, now);
+    }
+
+    /// A pod update carries the taint-manager mark, set at `marked_at`.
+    fn marked(&mut self, pod: &crate::slim::SlimPod, marked_at: noexecute_engine::Time) {
+        let uid = noexecute_engine::Uid::new(pod.metadata.uid.as_deref().unwrap_or_default());
+        let finding = self.guard.marked(&uid, marked_at);
+        if finding == Finding::None {
+            return;
+        }
+        self.metrics.foreign_taint_evictions.inc();
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        if finding == Finding::First {
+            let message = format!(
+                "Another taint eviction controller is active: pod {name} was marked for deletion by a taint (DisruptionTarget, DeletionByTaintManager) by someone other than this replica. Turn kube-controller-manager's off with --controllers=*,-taint-eviction-controller{}",
+                if self.refuse_if_foreign {
+                    "; --refuse-if-foreign: this replica has stopped evicting until it is restarted"
+                } else {
+                    ""
+                }
+            );
+            tracing::error!(pod = %name, "{message}");
+            self.events.record_about(
+                self.brake_object.clone(),
+                noexecute_engine::action::UpstreamEvent {
+                    type_: "Warning",
+                    reason: "ForeignTaintEviction",
+                    message,
+                },
+            );
+        } else {
+            tracing::warn!(pod = %name, "another taint eviction controller marked this pod");
+        }
+        if self.refuse_if_foreign && !self.refusing {
+            self.refusing = true;
+            self.metrics.refusing.set(1);
+            let leading = self.leading;
+            self.set_leading(leading);
         }
     }
 
@@ -102,11 +171,12 @@ impl Driver {
         mut node_rx: mpsc::Receiver<NodeEvent>,
         mut pod_rx: mpsc::Receiver<PodEvent>,
         mut report_rx: mpsc::UnboundedReceiver<AttemptReport>,
+        mut status_rx: mpsc::Receiver<oneshot::Sender<Status>>,
         shutdown: CancellationToken,
     ) -> Stop {
         let mut leadership = self.leadership.clone();
         let mut seen = leadership.current();
-        self.pipeline.set_leading(seen.leading, self.clock.now());
+        self.set_leading(seen.leading);
         self.metrics.leader.set(i64::from(seen.leading));
         let stop = loop {
             self.carry_out();
@@ -127,7 +197,7 @@ impl Driver {
                     let lost = state.lost_since(seen);
                     seen = state;
                     self.metrics.leader.set(i64::from(state.leading));
-                    self.pipeline.set_leading(state.leading && !lost, self.clock.now());
+                    self.set_leading(state.leading && !lost);
                     if lost {
                         break Stop::LostLeadership;
                     }
@@ -153,6 +223,15 @@ impl Driver {
                     if live && failed {
                         self.metrics.eviction_retries.inc();
                     }
+                }
+                Some(reply) = status_rx.recv() => {
+                    let status = super::status::of(
+                        &self.pipeline,
+                        &self.identity,
+                        self.leading && !self.refusing,
+                        self.clock.now(),
+                    );
+                    let _ = reply.send(status);
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
                     self.pipeline.tick(self.clock.now());
@@ -187,6 +266,14 @@ impl Driver {
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Pods),
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
+                if let Some(at) = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.taint_disruption.as_ref())
+                {
+                    let at = noexecute_engine::Time::from_millis(at.0.as_millisecond());
+                    self.marked(&pod, at);
+                }
                 let mut obs = convert::pod(&pod);
                 obs.excluded = self
                     .policy
@@ -195,6 +282,7 @@ impl Driver {
             }
             watcher::Event::Delete(pod) => {
                 let obs = convert::pod(&pod);
+                self.guard.forget(&obs.uid);
                 self.pipeline
                     .delete_pod(&obs.namespace, &obs.name, Some(&obs.uid), now);
             }
@@ -244,6 +332,7 @@ impl Driver {
     fn effect(&mut self, effect: Effect) {
         match effect {
             Effect::Start(attempt) => {
+                self.guard.started(&attempt.pod.uid);
                 let cancel = CancellationToken::new();
                 self.attempts.insert(attempt.id, cancel.clone());
                 self.executor.start(attempt, cancel);

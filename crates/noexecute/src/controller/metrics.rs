@@ -41,6 +41,8 @@ pub struct Metrics {
     pub brake_engaged: Gauge,
     pub brake_engagements: Counter,
     pub paced_evictions: Gauge,
+    pub foreign_taint_evictions: Counter,
+    pub refusing: Gauge,
 }
 
 impl Metrics {
@@ -62,6 +64,8 @@ impl Metrics {
             brake_engaged: Gauge::default(),
             brake_engagements: Counter::default(),
             paced_evictions: Gauge::default(),
+            foreign_taint_evictions: Counter::default(),
+            refusing: Gauge::default(),
         };
         let upstream = registry.sub_registry_with_prefix("taint_eviction_controller");
         // The encoder appends `_total` to counters.
@@ -115,6 +119,16 @@ impl Metrics {
             "dry_run_evictions",
             "Evictions that --dry-run decided and did not carry out.",
             m.dry_run_evictions.clone(),
+        );
+        own.register(
+            "foreign_taint_evictions",
+            "Pods on watched nodes that another controller marked for deletion by a taint (DisruptionTarget, DeletionByTaintManager): another taint eviction controller is active.",
+            m.foreign_taint_evictions.clone(),
+        );
+        own.register(
+            "refusing",
+            "1 while --refuse-if-foreign has stopped this replica evicting.",
+            m.refusing.clone(),
         );
         own.register(
             "stale_evictions_avoided",

@@ -6,21 +6,26 @@
 //!         ▲                        │  ▲                       │
 //!         │                        │  └──── reports ◄─────────┘
 //!   kube watcher               events ─► event sink ─► API server
-//!                              gauges ─► metrics ◄─ admin server (/metrics /healthz /readyz)
+//!                              gauges ─► metrics ◄─ admin server (/metrics /status /healthz /readyz)
 //!   lease ─► leadership ─► driver (acts only while leading) and executor (fence)
 //! ```
 //!
-//! Modules: [`watch`], [`driver`], [`executor`], [`events`], [`lease`], [`admin`],
-//! [`metrics`], [`ratelimit`], [`clock`]. This file only parses flags and wires them.
+//! Modules: [`watch`], [`driver`], [`executor`], [`events`], [`lease`], [`admin`] (with
+//! [`tls`] and [`access`]), [`status`], [`foreign`], [`metrics`], [`ratelimit`], [`clock`].
+//! This file only parses flags and wires them.
 
+pub mod access;
 pub mod admin;
 pub mod clock;
 pub mod driver;
 pub mod events;
 pub mod executor;
+pub mod foreign;
 pub mod lease;
 pub mod metrics;
 pub mod ratelimit;
+pub mod status;
+pub mod tls;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -74,9 +79,36 @@ pub struct RunArgs {
     /// Page size of the initial lists.
     #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
     pub page_size: u32,
-    /// Address of the admin server (/metrics, /healthz, /readyz).
+    /// Address of the admin server (/metrics, /status, /healthz, /readyz).
     #[arg(long, env = "NOEXECUTE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
+    /// Serve the admin server over plain HTTP, to anyone (local use). By default it serves
+    /// TLS, and /metrics and /status only to callers the API server authenticates and
+    /// authorizes (TokenReview and SubjectAccessReview on the path); the probes stay open.
+    #[arg(long, env = "NOEXECUTE_ADMIN_INSECURE")]
+    pub admin_insecure: bool,
+    /// The admin server's certificate (PEM; default: a self-signed one made at start).
+    #[arg(
+        long,
+        env = "NOEXECUTE_ADMIN_TLS_CERT_FILE",
+        value_name = "FILE",
+        requires = "admin_tls_key_file",
+        conflicts_with = "admin_insecure"
+    )]
+    pub admin_tls_cert_file: Option<PathBuf>,
+    /// The admin server's private key (PEM).
+    #[arg(
+        long,
+        env = "NOEXECUTE_ADMIN_TLS_KEY_FILE",
+        value_name = "FILE",
+        requires = "admin_tls_cert_file",
+        conflicts_with = "admin_insecure"
+    )]
+    pub admin_tls_key_file: Option<PathBuf>,
+    /// Stop evicting (until restarted) when another taint eviction controller is seen
+    /// evicting pods on watched nodes. Without it the replica warns and goes on.
+    #[arg(long, env = "NOEXECUTE_REFUSE_IF_FOREIGN")]
+    pub refuse_if_foreign: bool,
     /// Elect a leader among replicas through a Lease.
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -192,9 +224,29 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::new(&mut registry);
     let health = Arc::new(admin::Health::default());
-    let (admin_addr, admin_task) =
-        admin::serve(args.admin_addr, registry, health.clone(), shutdown.clone()).await?;
-    tracing::info!(%admin_addr, %identity, policy = %policy.describe(), "noexecute starting");
+    let security = if args.admin_insecure {
+        admin::Security::Insecure
+    } else {
+        admin::Security::Tls {
+            config: Box::new(tls::server_config(
+                args.admin_tls_cert_file.as_deref(),
+                args.admin_tls_key_file.as_deref(),
+                tls::self_signed_names(),
+            )?),
+            access: Arc::new(access::Access::new(client.clone())),
+        }
+    };
+    let (status_tx, status_rx) = tokio::sync::mpsc::channel(8);
+    let (admin_addr, admin_task) = admin::serve(
+        args.admin_addr,
+        registry,
+        health.clone(),
+        status_tx,
+        security,
+        shutdown.clone(),
+    )
+    .await?;
+    tracing::info!(%admin_addr, tls = !args.admin_insecure, %identity, policy = %policy.describe(), "noexecute starting");
 
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         args.kube_api_qps,
@@ -311,6 +363,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         health,
         brake_object,
         limiter,
+        identity.clone(),
+        args.refuse_if_foreign,
     );
 
     let signals = shutdown.clone();
@@ -321,7 +375,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     });
 
     let stop = driver
-        .run(node_rx, pod_rx, report_rx, shutdown.clone())
+        .run(node_rx, pod_rx, report_rx, status_rx, shutdown.clone())
         .await;
     let code = match stop {
         driver::Stop::Shutdown => 0,

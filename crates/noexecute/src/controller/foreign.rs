@@ -1,0 +1,106 @@
+//! The second-controller guard. Upstream's taint eviction controller marks a pod it evicts
+//! with the `DisruptionTarget` condition, reason `DeletionByTaintManager`, as noexecute does.
+//! If a pod on a node this replica watches gets that mark while this replica leads, and this
+//! replica started no eviction of that pod, someone else is evicting for taints: almost always
+//! kube-controller-manager's own `taint-eviction-controller`, left on. Two controllers double
+//! the requests and undo every policy (the brake, exclusions, rate limits), so this is
+//! reported loudly, once, and counted every time; with `--refuse-if-foreign` the replica stops
+//! evicting until it is restarted.
+//!
+//! Pure bookkeeping: the driver feeds it and carries out what it returns.
+
+use std::collections::HashSet;
+
+use noexecute_engine::{Time, Uid};
+
+/// How much earlier than our leadership a mark may be and still count (clock skew between
+/// this process and whoever set the condition).
+const SKEW_MS: i64 = 1_000;
+
+#[derive(Debug, Default)]
+pub struct Guard {
+    /// Pods this replica has started evicting (by UID), until they are gone.
+    ours: HashSet<Uid>,
+    /// Pods already reported.
+    seen: HashSet<Uid>,
+    /// Since when this replica leads (`None`: standing by).
+    leading_since: Option<Time>,
+    warned: bool,
+}
+
+/// What the driver must do about a mark.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Finding {
+    /// Not foreign (ours, old, already counted, or we are not leading).
+    None,
+    /// Foreign: count it.
+    Again,
+    /// Foreign, and the first: count it and warn loudly.
+    First,
+}
+
+impl Guard {
+    pub fn set_leading(&mut self, leading: bool, now: Time) {
+        match (leading, self.leading_since) {
+            (true, None) => self.leading_since = Some(now),
+            (false, _) => self.leading_since = None,
+            _ => {}
+        }
+    }
+
+    /// This replica started an eviction of `uid`.
+    pub fn started(&mut self, uid: &Uid) {
+        self.ours.insert(uid.clone());
+    }
+
+    /// The pod is gone.
+    pub fn forget(&mut self, uid: &Uid) {
+        self.ours.remove(uid);
+        self.seen.remove(uid);
+    }
+
+    /// A pod update shows the taint-manager mark, set at `marked_at`.
+    pub fn marked(&mut self, uid: &Uid, marked_at: Time) -> Finding {
+        let Some(since) = self.leading_since else {
+            return Finding::None;
+        };
+        if self.ours.contains(uid)
+            || marked_at.as_millis() < since.as_millis() - SKEW_MS
+            || !self.seen.insert(uid.clone())
+        {
+            return Finding::None;
+        }
+        if self.warned {
+            Finding::Again
+        } else {
+            self.warned = true;
+            Finding::First
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_marks_by_others_while_leading_count_once_each() {
+        let t = Time::from_millis;
+        let mut g = Guard::default();
+        let (a, b, c, d) = (Uid::new("a"), Uid::new("b"), Uid::new("c"), Uid::new("d"));
+        assert_eq!(g.marked(&a, t(10_000)), Finding::None, "standing by");
+        g.set_leading(true, t(5_000));
+        g.started(&b);
+        assert_eq!(g.marked(&b, t(6_000)), Finding::None, "our own");
+        assert_eq!(g.marked(&c, t(3_000)), Finding::None, "before we led");
+        assert_eq!(g.marked(&a, t(6_000)), Finding::First);
+        assert_eq!(g.marked(&a, t(6_000)), Finding::None, "the same pod again");
+        assert_eq!(g.marked(&d, t(7_000)), Finding::Again);
+        g.forget(&b);
+        assert_eq!(
+            g.marked(&b, t(8_000)),
+            Finding::Again,
+            "a new pod with the old uid"
+        );
+    }
+}
