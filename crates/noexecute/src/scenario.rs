@@ -325,16 +325,21 @@ impl Scenario {
         Scenario::parse(path, &text)
     }
 
+    /// Parse a scenario: YAML, or JSON (which is YAML too) when it starts with `{`. JSON is
+    /// read directly, without the YAML library's buffer of the whole document's events: a
+    /// 150,000-pod scenario costs a third of the memory (docs/benchmarks.md).
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
-        let raw: RawScenario = serde_yaml_ng::from_str(text).map_err(|e| {
-            let (line, column, message) = crate::input::yaml_error(&e);
-            crate::input::InputError::Syntax {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message,
-            }
-        })?;
+        let syntax = |(line, column, message)| crate::input::InputError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        };
+        let raw: RawScenario = if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(|e| syntax(crate::input::json_error(&e)))?
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|e| syntax(crate::input::yaml_error(&e)))?
+        };
         let invalid = |field: String, message: String| crate::input::InputError::Invalid {
             path: path.to_path_buf(),
             field,
@@ -687,5 +692,23 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.starts_with("s.yaml:1:"), "{err}");
+    }
+
+    /// A JSON scenario (which is YAML too) is read by the JSON parser, to the same scenario,
+    /// with positions in its errors.
+    #[test]
+    fn json_scenarios_read_as_yaml_ones_do() {
+        let yaml = "nodes:\n  - {name: n1}\npods:\n  - {name: p, nodeName: n1, tolerations: [{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 5}]}\nevents:\n  - {at: 10s, addTaint: {node: n1, taint: {key: k, effect: NoExecute}}}\n";
+        let json = r#"{"nodes": [{"name": "n1"}],
+ "pods": [{"name": "p", "nodeName": "n1", "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]}],
+ "events": [{"at": "10s", "addTaint": {"node": "n1", "taint": {"key": "k", "effect": "NoExecute"}}}]}"#;
+        let a = parse(yaml).unwrap_or_else(|e| panic!("{e}"));
+        let b = parse(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(a, b);
+        let err = parse("{\"pods\": [{\"name\": 3}]}")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.starts_with("s.yaml:1:20: invalid type"), "{err}");
     }
 }
