@@ -28,7 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use kube::api::PostParams;
 use kube::core::PartialObjectMeta;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use noexecute_testkit::realistic;
 use noexecute_testkit::*;
 use serde::Serialize;
@@ -407,18 +407,37 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
 
     // Record every eviction.
     let evicted_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
     let recorder = {
         let evicted_at = evicted_at.clone();
         // Metadata only: the harness shares the machine and should cost little.
         let api: kube::Api<PartialObjectMeta<Pod>> =
             kube::Api::namespaced(client.clone(), &ns.name);
         tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
-            while let Ok(Some(event)) = stream.try_next().await {
+            // A failed list or watch (a loaded API server at 150,000 pods times out) is
+            // retried with backoff; the recorder only stops when aborted.
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            let mut listed = Some(listed_tx);
+            while let Some(item) = stream.next().await {
+                let event = match item {
+                    Ok(event) => event,
+                    Err(e) => {
+                        eprintln!("recorder: watch failed, retrying: {e}");
+                        continue;
+                    }
+                };
                 let (pod, gone) = match event {
                     watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
                     watcher::Event::Delete(p) => (p, true),
-                    _ => continue,
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = listed.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    watcher::Event::Init => continue,
                 };
                 if gone || pod.metadata.deletion_timestamp.is_some() {
                     let name = pod.metadata.name.unwrap_or_default();
@@ -429,6 +448,12 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
             }
         })
     };
+    // Taint only once the recorder has listed every pod, so each eviction is timed by its
+    // watch event.
+    tokio::time::timeout(Duration::from_secs(600), listed_rx)
+        .await
+        .context("the recorder did not list the pods within 600 s")?
+        .context("the recorder stopped")?;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let tainted_count = ((opts.nodes as f64 * opts.taint_share.clamp(0.0, 1.0)).round() as usize)

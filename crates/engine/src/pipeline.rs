@@ -1531,6 +1531,55 @@ mod tests {
         );
     }
 
+    /// `noexecute status`: every pending eviction, soonest first, with where it is held and
+    /// why; an evicted pod leaves the list.
+    #[test]
+    fn countdowns_show_every_pending_eviction_where_it_is_held() {
+        let mut p = Pipeline::acting(PipelineConfig {
+            concurrency: 1,
+            ..PipelineConfig::default()
+        });
+        let mut slow = PodObservation::new("ns", "slow", "us", Some("n"));
+        slow.tolerations = vec![toleration(Some(60))];
+        p.upsert_pod(slow, t(0));
+        p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
+        p.upsert_pod(PodObservation::new("ns", "b", "ub", Some("n")), t(0));
+        p.upsert_pod(
+            PodObservation::new("ns", "elsewhere", "ue", Some("m")),
+            t(0),
+        );
+        p.upsert_node(&tainted("n"), false, t(1_000));
+        let started = starts(&drain(&mut p));
+        assert_eq!(started.len(), 1, "one slot");
+        let rows: Vec<(String, Held, i64)> = p
+            .countdowns()
+            .into_iter()
+            .map(|c| (c.pod.to_string(), c.held, c.deadline.as_millis()))
+            .collect();
+        let running = started[0].pod.to_string();
+        let queued = if running == "ns/a" { "ns/b" } else { "ns/a" };
+        assert_eq!(
+            rows,
+            vec![
+                (running.clone(), Held::InFlight, 1_000),
+                (queued.to_string(), Held::Queued, 1_000),
+                ("ns/slow".to_string(), Held::Counting, 61_000),
+            ]
+        );
+        let reasons: Vec<String> = p
+            .countdowns()
+            .into_iter()
+            .filter_map(|c| c.reason)
+            .collect();
+        assert!(reasons[2].contains("tolerated for 60s"), "{reasons:?}");
+        assert!(reasons[0].contains("not tolerated"), "{reasons:?}");
+        report(&mut p, &started[0], AttemptResult::Evicted, 1_100);
+        assert!(
+            p.countdowns().iter().all(|c| c.pod.to_string() != running),
+            "an evicted pod leaves the list"
+        );
+    }
+
     /// Issue 4: losing the lease stops every attempt in flight and parks the queued ones; no
     /// attempt starts until leadership returns, and then the parked ones do.
     #[test]

@@ -34,6 +34,9 @@ pub enum Command {
     Plan(PlanArgs),
     /// Why a pod would (or would not) be evicted: its tolerations against its node's taints.
     Explain(ExplainArgs),
+    /// What a running controller is counting down right now: its pending evictions, by
+    /// deadline, from its admin server's /status.
+    Status(StatusArgs),
 }
 
 /// Where `plan` and `explain` read the cluster from.
@@ -49,10 +52,33 @@ pub struct SourceArgs {
     /// Kubeconfig context for a live read.
     #[arg(long, conflicts_with = "snapshot")]
     pub context: Option<String>,
+    /// Only pods in this namespace (`explain`: the pod's namespace when POD has none; default:
+    /// the kubeconfig context's namespace, else `default`).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
 }
 
 impl SourceArgs {
     /// Read the cluster, keeping of each pod's labels only `pod_labels`.
+    /// The namespace of `-n`, else (live) the kubeconfig context's, else `default`.
+    pub fn default_namespace(&self) -> String {
+        if let Some(ns) = &self.namespace {
+            return ns.clone();
+        }
+        if self.snapshot.is_none()
+            && let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            && let Ok(config) = runtime.block_on(crate::client::config(
+                self.kubeconfig.as_deref(),
+                self.context.as_deref(),
+            ))
+        {
+            return config.default_namespace;
+        }
+        "default".into()
+    }
+
     pub fn load(&self, pod_labels: &crate::state::PodLabels) -> Result<ClusterState> {
         if let Some(path) = &self.snapshot {
             return Ok(ClusterState::from_file(path, pod_labels)?);
@@ -120,7 +146,7 @@ pub struct PlanArgs {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The pod, as NAMESPACE/NAME.
+    /// The pod: NAMESPACE/NAME, or NAME with -n (or the kubeconfig context's namespace).
     pub pod: String,
     #[command(flatten)]
     pub source: SourceArgs,
@@ -139,8 +165,37 @@ pub use crate::time::wall_clock;
 pub enum Output {
     /// An aligned table for people.
     Table,
-    /// One JSON object per line.
+    /// The table with more columns.
+    Wide,
+    /// JSON (`plan` and `simulate`: one object per line).
     Json,
+    /// YAML: a list of the same objects.
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The controller's admin server. In a cluster, forward a port to the leader first:
+    /// `kubectl port-forward -n noexecute deploy/noexecute 8080` (the API server's service
+    /// proxy drops credentials, so it cannot reach the secured endpoint).
+    #[arg(long, default_value = "https://127.0.0.1:8080")]
+    pub endpoint: String,
+    /// Kubeconfig whose user's token is presented (default: $KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    #[arg(long)]
+    pub context: Option<String>,
+    /// A bearer token instead of the kubeconfig user's (e.g. `kubectl create token NAME`).
+    #[arg(long, env = "NOEXECUTE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Do not verify the admin server's certificate (self-signed unless one was given).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Only pods in this namespace.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    #[arg(long, short, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]
@@ -176,7 +231,75 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Simulate(args) => simulate_command(args),
         Command::Plan(args) => plan_command(args),
         Command::Explain(args) => explain_command(args),
+        Command::Status(args) => status_command(args),
     }
+}
+
+fn status_command(args: StatusArgs) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let mut status = runtime.block_on(fetch_status(&args))?;
+    if let Some(ns) = &args.namespace {
+        status.pending.retain(|p| &p.namespace == ns);
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match args.output {
+        Output::Table => crate::controller::status::table(&status, false, &mut out)?,
+        Output::Wide => crate::controller::status::table(&status, true, &mut out)?,
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?,
+        Output::Yaml => write!(out, "{}", serde_yaml_ng::to_string(&status)?)?,
+    }
+    out.flush().context("writing the status")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// GET /status from the admin server, presenting the kubeconfig user's token (or `--token`).
+async fn fetch_status(args: &StatusArgs) -> Result<crate::controller::status::Status> {
+    let url: axum::http::Uri = args
+        .endpoint
+        .parse()
+        .with_context(|| format!("--endpoint {:?} is not a URL", args.endpoint))?;
+    let mut config =
+        match crate::client::config(args.kubeconfig.as_deref(), args.context.as_deref()).await {
+            Ok(config) => config,
+            Err(_) if args.token.is_some() && args.kubeconfig.is_none() => {
+                kube::Config::new(url.clone())
+            }
+            Err(e) => {
+                return Err(
+                    e.context("reading the kubeconfig for its user's token (or give --token)")
+                );
+            }
+        };
+    config.cluster_url = url;
+    config.default_retry = false;
+    if args.insecure_skip_tls_verify {
+        config.accept_invalid_certs = true;
+        config.root_cert = None;
+    }
+    if let Some(token) = &args.token {
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..Default::default()
+        };
+    }
+    let client = kube::Client::try_from(config).context("a client for the admin server")?;
+    let request = axum::http::Request::get("/status")
+        .body(Vec::new())
+        .context("building the request")?;
+    let text = client
+        .request_text(request)
+        .await
+        .with_context(|| format!("GET {}/status", args.endpoint.trim_end_matches('/')))?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}/status answered something other than a status",
+            args.endpoint
+        )
+    })
 }
 
 fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
@@ -192,8 +315,9 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.output {
-        Output::Table => report::table(&timeline, &mut out),
+        Output::Table | Output::Wide => report::table(&timeline, &mut out),
         Output::Json => report::json_lines(&timeline, &mut out),
+        Output::Yaml => report::yaml(&timeline, &mut out),
     }
     .context("writing the timeline")?;
     out.flush().context("writing the timeline")?;
@@ -229,9 +353,16 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
     .map_err(anyhow::Error::msg)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut result = result;
+    if let Some(ns) = &args.source.namespace {
+        let prefix = format!("{ns}/");
+        result.rows.retain(|r| r.pod.starts_with(&prefix));
+    }
     match args.output {
-        Output::Table => report::plan_table(&result, &mut out),
+        Output::Table => report::plan_table(&result, false, &mut out),
+        Output::Wide => report::plan_table(&result, true, &mut out),
         Output::Json => report::plan_json(&result, &mut out),
+        Output::Yaml => report::plan_yaml(&result, &mut out),
     }
     .context("writing the plan")?;
     out.flush().context("writing the plan")?;
@@ -242,10 +373,15 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     let hypothesis = args.hypothesis.hypothesis()?;
     let policy = args.policy.resolve()?;
     let state = args.source.load(&policy.pod_labels())?;
+    let pod = if args.pod.contains('/') {
+        args.pod.clone()
+    } else {
+        format!("{}/{}", args.source.default_namespace(), args.pod)
+    };
     let text = explain::explain(
         state,
         &hypothesis,
-        &args.pod,
+        &pod,
         wall_clock(),
         &policy,
         args.engine.comparison_operators,

@@ -114,6 +114,27 @@ struct Line<'a> {
 }
 
 pub fn json_lines(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
+    timeline_lines(t, |line| {
+        serde_json::to_writer(&mut *w, &line)?;
+        writeln!(w)
+    })
+}
+
+/// The timeline as a YAML list of the JSON lines' objects, written item by item.
+pub fn yaml(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
+    timeline_lines(t, |line| yaml_item(w, &line))
+}
+
+/// One YAML list item.
+fn yaml_item(w: &mut impl Write, item: &impl Serialize) -> io::Result<()> {
+    let text = serde_yaml_ng::to_string(&[item]).map_err(io::Error::other)?;
+    w.write_all(text.as_bytes())
+}
+
+fn timeline_lines(
+    t: &Timeline,
+    mut each: impl FnMut(Line<'_>) -> io::Result<()>,
+) -> io::Result<()> {
     for e in &t.entries {
         let line = Line {
             at: secs(e.at),
@@ -126,13 +147,13 @@ pub fn json_lines(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
             },
             reason: &e.reason,
         };
-        serde_json::to_writer(&mut *w, &line)?;
-        writeln!(w)?;
+        each(line)?;
     }
     Ok(())
 }
 
-pub fn plan_table(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+/// The plan as a table; `wide` adds each eviction's absolute time.
+pub fn plan_table(p: &Plan, wide: bool, w: &mut impl Write) -> io::Result<()> {
     writeln!(
         w,
         "Plan at {} from {}: {} node(s) with NoExecute taints.",
@@ -145,28 +166,54 @@ pub fn plan_table(p: &Plan, w: &mut impl Write) -> io::Result<()> {
         "Existing NoExecute taints are counted from their timeAdded; the hypothetical ones from now."
     )?;
     writeln!(w)?;
-    let rows: Vec<[String; 5]> = p
-        .rows
-        .iter()
-        .map(|r| {
-            [
-                r.evicted_at.map_or_else(
-                    || if r.held { "held" } else { "never" }.into(),
-                    |t| plan::relative(t, p.now),
-                ),
-                r.pod.clone(),
-                r.node.clone(),
-                r.decision().into(),
-                r.reason.clone(),
-            ]
-        })
-        .collect();
-    write_table(
-        w,
-        ["WHEN", "POD", "NODE", "DECISION", "REASON"],
-        &rows,
-        [false; 5],
-    )?;
+    let when = |r: &plan::Row| {
+        r.evicted_at.map_or_else(
+            || if r.held { "held" } else { "never" }.into(),
+            |t| plan::relative(t, p.now),
+        )
+    };
+    if wide {
+        let rows: Vec<[String; 6]> = p
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    when(r),
+                    r.evicted_at.map(plan::timestamp).unwrap_or_default(),
+                    r.pod.clone(),
+                    r.node.clone(),
+                    r.decision().into(),
+                    r.reason.clone(),
+                ]
+            })
+            .collect();
+        write_table(
+            w,
+            ["WHEN", "TIME", "POD", "NODE", "DECISION", "REASON"],
+            &rows,
+            [false; 6],
+        )?;
+    } else {
+        let rows: Vec<[String; 5]> = p
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    when(r),
+                    r.pod.clone(),
+                    r.node.clone(),
+                    r.decision().into(),
+                    r.reason.clone(),
+                ]
+            })
+            .collect();
+        write_table(
+            w,
+            ["WHEN", "POD", "NODE", "DECISION", "REASON"],
+            &rows,
+            [false; 5],
+        )?;
+    }
     let evicted: Vec<&plan::Row> = p.rows.iter().filter(|r| r.evicted_at.is_some()).collect();
     let at_once = evicted
         .iter()
@@ -213,8 +260,20 @@ struct PlanLine<'a> {
 }
 
 pub fn plan_json(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+    plan_lines(p, |line| {
+        serde_json::to_writer(&mut *w, &line)?;
+        writeln!(w)
+    })
+}
+
+/// The plan as a YAML list of the JSON lines' objects.
+pub fn plan_yaml(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+    plan_lines(p, |line| yaml_item(w, &line))
+}
+
+fn plan_lines(p: &Plan, mut each: impl FnMut(PlanLine<'_>) -> io::Result<()>) -> io::Result<()> {
     for r in &p.rows {
-        let line = PlanLine {
+        each(PlanLine {
             pod: &r.pod,
             node: &r.node,
             decision: r.decision(),
@@ -223,9 +282,7 @@ pub fn plan_json(p: &Plan, w: &mut impl Write) -> io::Result<()> {
                 .map(|t| t.since(p.now).as_millis() as f64 / 1000.0),
             time: r.evicted_at.map(plan::timestamp),
             reason: &r.reason,
-        };
-        serde_json::to_writer(&mut *w, &line)?;
-        writeln!(w)?;
+        })?;
     }
     Ok(())
 }

@@ -263,3 +263,40 @@ async fn a_terminating_pod_gets_no_second_delete_and_health_endpoints_answer() -
     let _ = s.plane;
     s.ns.cleanup().await
 }
+
+/// The second-controller guard never fires when noexecute is the only taint eviction
+/// controller: its own evictions (the positive control, evicted in the window) are not
+/// foreign, nor are other tests' controllers' evictions on nodes it does not watch.
+#[tokio::test]
+async fn the_foreign_guard_stays_quiet_when_alone() -> Result<()> {
+    let s = setup("quiet-guard", &[]).await?;
+    let node = s.ns.create_node("n", vec![]).await?;
+    let key = "example.com/quiet";
+    for name in ["a", "b", "c"] {
+        s.ns.create_pod(&pod(name, &node, vec![], Some(0))).await?;
+    }
+    s.ns.create_pod(&pod("later", &node, vec![tolerate(key, Some(2))], Some(0)))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    add_taint(&s.ns.nodes(), &node, no_execute(key, "")).await?;
+    let window = Instant::now() + Duration::from_secs(8);
+    for name in ["a", "b", "c", "later"] {
+        wait_evicted(&s.ns.pods(), name, Duration::from_secs(8)).await?;
+    }
+    while Instant::now() < window {
+        assert_eq!(
+            s.controller
+                .metric("noexecute_foreign_taint_evictions_total ")
+                .await?,
+            Some(0.0),
+            "the guard fired with noexecute alone"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !s.controller
+            .log_text()
+            .contains("Another taint eviction controller")
+    );
+    Ok(())
+}

@@ -14,9 +14,6 @@ use noexecute_testkit::*;
 
 const PLANE: &str = "monitoring";
 
-/// Metrics the alerts and the dashboard name before the binary exports them (issue 14 adds
-/// them). Once /metrics has one, remove it from here: from then on it is checked.
-
 /// Prefixes of the controller's metric names: its own, and upstream's two.
 const PREFIXES: [&str; 2] = ["noexecute_", "taint_eviction_controller_"];
 

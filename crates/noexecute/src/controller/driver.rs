@@ -266,10 +266,17 @@ impl Driver {
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Pods),
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
-                if let Some(at) = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.taint_disruption.as_ref())
+                // Only pods on nodes this replica watches (and so knows the taints of).
+                let watched = pod
+                    .spec
+                    .node_name
+                    .as_deref()
+                    .is_some_and(|n| self.pipeline.engine().node_taints(n).is_some());
+                if watched
+                    && let Some(at) = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.taint_disruption.as_ref())
                 {
                     let at = noexecute_engine::Time::from_millis(at.0.as_millisecond());
                     self.marked(&pod, at);
