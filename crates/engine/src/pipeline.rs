@@ -475,13 +475,15 @@ impl Pipeline {
                 .count()
     }
 
-    /// Every pending eviction with where it is held and why it is due, sorted by deadline
-    /// (then pod): what `noexecute status` shows. O(pending · log pending).
-    pub fn countdowns(&self) -> Vec<Countdown> {
+    /// Every pending eviction of a pod `keep` accepts, with where it is held and why it is
+    /// due, sorted by deadline (then pod): what `noexecute status` shows. O(pods), plus the
+    /// reasons of the rows kept.
+    pub fn countdowns(&self, keep: impl Fn(&PodRef) -> bool) -> Vec<Countdown> {
         let gate = self.config.engine.comparison_operators;
         let mut out: Vec<Countdown> = self
             .engine
             .pending()
+            .filter(|view| keep(&view.pod))
             .filter_map(|view| {
                 let eviction = view.eviction?;
                 let entry = self.entries.get(&eviction.id);
@@ -493,7 +495,16 @@ impl Pipeline {
                         _ => Held::Counting,
                     },
                     Some(Where::Parked) => Held::Parked,
-                    Some(Where::Paced) if self.pacer.braking() => Held::Brake,
+                    Some(Where::Paced)
+                        if self.pacer.braking()
+                            && !view
+                                .pod
+                                .node
+                                .as_deref()
+                                .is_some_and(|n| self.pacer.is_released(n)) =>
+                    {
+                        Held::Brake
+                    }
                     Some(Where::Paced) => Held::Pacing,
                     Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
                     Some(Where::InFlight(_)) => Held::InFlight,
@@ -1552,7 +1563,7 @@ mod tests {
         let started = starts(&drain(&mut p));
         assert_eq!(started.len(), 1, "one slot");
         let rows: Vec<(String, Held, i64)> = p
-            .countdowns()
+            .countdowns(|_| true)
             .into_iter()
             .map(|c| (c.pod.to_string(), c.held, c.deadline.as_millis()))
             .collect();
@@ -1567,15 +1578,22 @@ mod tests {
             ]
         );
         let reasons: Vec<String> = p
-            .countdowns()
+            .countdowns(|_| true)
             .into_iter()
             .filter_map(|c| c.reason)
             .collect();
         assert!(reasons[2].contains("tolerated for 60s"), "{reasons:?}");
         assert!(reasons[0].contains("not tolerated"), "{reasons:?}");
+        assert_eq!(
+            p.countdowns(|pod| &*pod.name == "slow").len(),
+            1,
+            "filtered"
+        );
         report(&mut p, &started[0], AttemptResult::Evicted, 1_100);
         assert!(
-            p.countdowns().iter().all(|c| c.pod.to_string() != running),
+            p.countdowns(|_| true)
+                .iter()
+                .all(|c| c.pod.to_string() != running),
             "an evicted pod leaves the list"
         );
     }

@@ -188,9 +188,14 @@ pub struct StatusArgs {
     /// A bearer token instead of the kubeconfig user's (e.g. `kubectl create token NAME`).
     #[arg(long, env = "NOEXECUTE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Do not verify the admin server's certificate (self-signed unless one was given).
-    #[arg(long)]
+    /// Do not verify the admin server's certificate (self-signed unless one was given). Use
+    /// it only towards a port-forward or an address you trust: the token is sent either way.
+    #[arg(long, conflicts_with = "certificate_authority")]
     pub insecure_skip_tls_verify: bool,
+    /// Verify the admin server's certificate against this CA bundle (PEM), e.g. the issuer of
+    /// a cert-manager certificate given with --admin-tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
     /// Only pods in this namespace.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
@@ -240,10 +245,7 @@ fn status_command(args: StatusArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let mut status = runtime.block_on(fetch_status(&args))?;
-    if let Some(ns) = &args.namespace {
-        status.pending.retain(|p| &p.namespace == ns);
-    }
+    let status = runtime.block_on(fetch_status(&args))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match args.output {
@@ -276,10 +278,25 @@ async fn fetch_status(args: &StatusArgs) -> Result<crate::controller::status::St
         };
     config.cluster_url = url;
     config.default_retry = false;
-    if args.insecure_skip_tls_verify {
-        config.accept_invalid_certs = true;
-        config.root_cert = None;
+    // The kubeconfig's CA, server name and proxy are the API server's, not the controller's.
+    config.root_cert = None;
+    config.tls_server_name = None;
+    config.proxy_url = None;
+    if let Some(ca) = &args.certificate_authority {
+        let pem = std::fs::read(ca)
+            .with_context(|| format!("--certificate-authority {}", ca.display()))?;
+        let certs: Vec<Vec<u8>> = rustls::pki_types::pem::PemObject::pem_slice_iter(&pem)
+            .map(|c: Result<rustls::pki_types::CertificateDer<'static>, _>| c.map(|c| c.to_vec()))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("--certificate-authority {}", ca.display()))?;
+        anyhow::ensure!(
+            !certs.is_empty(),
+            "--certificate-authority {}: no certificate in it",
+            ca.display()
+        );
+        config.root_cert = Some(certs);
     }
+    config.accept_invalid_certs = args.insecure_skip_tls_verify;
     if let Some(token) = &args.token {
         config.auth_info = kube::config::AuthInfo {
             token: Some(token.clone().into()),
@@ -287,7 +304,11 @@ async fn fetch_status(args: &StatusArgs) -> Result<crate::controller::status::St
         };
     }
     let client = kube::Client::try_from(config).context("a client for the admin server")?;
-    let request = axum::http::Request::get("/status")
+    let path = match &args.namespace {
+        Some(ns) => format!("/status?namespace={ns}"),
+        None => "/status".into(),
+    };
+    let request = axum::http::Request::get(path)
         .body(Vec::new())
         .context("building the request")?;
     let text = client

@@ -335,8 +335,17 @@ impl Scenario {
             column,
             message,
         };
+        // YAML in flow style (`{nodes: [...]}`) starts with `{` too: what is not JSON's syntax
+        // is read as YAML; a JSON file with a wrong value gets the JSON error.
         let raw: RawScenario = if text.trim_start().starts_with('{') {
-            serde_json::from_str(text).map_err(|e| syntax(crate::input::json_error(&e)))?
+            match serde_json::from_str(text) {
+                Ok(raw) => raw,
+                Err(e) if e.classify() == serde_json::error::Category::Data => {
+                    return Err(syntax(crate::input::json_error(&e)));
+                }
+                Err(_) => serde_yaml_ng::from_str(text)
+                    .map_err(|e| syntax(crate::input::yaml_error(&e)))?,
+            }
         } else {
             serde_yaml_ng::from_str(text).map_err(|e| syntax(crate::input::yaml_error(&e)))?
         };
@@ -709,6 +718,13 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(err.starts_with("s.yaml:1:20: invalid type"), "{err}");
+        assert!(err.starts_with("s.yaml:1:"), "{err}");
+        assert!(err.contains("invalid type"), "{err}");
+        let flow = parse("{nodes: [{name: n1}], pods: [{name: p, nodeName: n1}]}");
+        assert_eq!(
+            flow.map(|s| s.pods.len()).unwrap_or_else(|e| panic!("{e}")),
+            1,
+            "flow-style YAML"
+        );
     }
 }

@@ -51,6 +51,9 @@ async fn upstreams_evictions_are_noticed_within_seconds_and_refused() -> Result<
             .await?,
         Some(0.0)
     );
+    // Marks dated within 3 s of taking the Lease are taken for the previous leader's (a
+    // documented window, `controller/foreign.rs`): upstream's eviction must come after it.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
 
     let node = ns.create_node("n", vec![]).await?;
     ns.create_pod(&pod("victim", &node, vec![], Some(0)))
@@ -80,6 +83,26 @@ async fn upstreams_evictions_are_noticed_within_seconds_and_refused() -> Result<
         evicted.seen_at.elapsed()
     );
     assert_eq!(controller.metric("noexecute_refusing ").await?, Some(1.0));
+    // The status says so (the test's admin server is plain HTTP; any token will do).
+    let out = std::process::Command::new(binary())
+        .args([
+            "status",
+            "--endpoint",
+            &format!("http://{}", controller.admin),
+            "--token",
+            "unused",
+            "-o",
+            "json",
+        ])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(status["refusing"], true, "{status}");
+    assert_eq!(status["leading"], false, "not acting: {status}");
     let log = controller.log_text();
     assert!(
         log.contains("Another taint eviction controller is active"),

@@ -22,6 +22,9 @@ use kube::{Api, Client};
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
 /// Beyond this many cached answers the cache starts over (tokens are many only under abuse).
 const CACHE_MAX: usize = 4096;
+/// Reviews in flight at once: callers beyond this get 503 rather than making the controller
+/// flood the API server (a stream of random tokens would otherwise cost a TokenReview each).
+const REVIEWS_AT_ONCE: usize = 4;
 
 /// The answer for one token and path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +55,7 @@ pub struct Access {
     /// Tokens are never stored: the cache is keyed by a keyed hash of token and path.
     hasher: RandomState,
     cache: Mutex<HashMap<u64, (Instant, Decision)>>,
+    reviews: tokio::sync::Semaphore,
 }
 
 impl Access {
@@ -60,6 +64,7 @@ impl Access {
             client,
             hasher: RandomState::new(),
             cache: Mutex::new(HashMap::new()),
+            reviews: tokio::sync::Semaphore::new(REVIEWS_AT_ONCE),
         }
     }
 
@@ -67,7 +72,10 @@ impl Access {
     pub async fn check(&self, authorization: Option<&header::HeaderValue>, path: &str) -> Decision {
         let Some(token) = authorization
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(token)
+            })
             .map(str::trim)
             .filter(|t| !t.is_empty())
         else {
@@ -81,6 +89,9 @@ impl Access {
         {
             return decision.clone();
         }
+        let Ok(_permit) = self.reviews.try_acquire() else {
+            return Decision::Unavailable;
+        };
         let decision = self.ask(token, path).await;
         if decision != Decision::Unavailable
             && let Ok(mut cache) = self.cache.lock()

@@ -74,8 +74,14 @@ impl Health {
     }
 }
 
+/// A request for the controller loop's status (of one namespace's pods, or all).
+pub struct StatusRequest {
+    pub namespace: Option<String>,
+    pub reply: oneshot::Sender<super::status::Status>,
+}
+
 /// Asks the controller loop for its status; the loop answers on the enclosed channel.
-pub type StatusRequests = mpsc::Sender<oneshot::Sender<super::status::Status>>;
+pub type StatusRequests = mpsc::Sender<StatusRequest>;
 
 /// How the admin server is reached.
 pub enum Security {
@@ -113,21 +119,40 @@ async fn guard(State(state): State<Arc<AdminState>>, request: Request, next: Nex
                 "Forbidden: user \"{user}\" may not get path \"{}\"\n",
                 request.uri().path()
             ),
-            Decision::Unavailable => "the API server could not be asked who you are\n".to_string(),
+            Decision::Unavailable => "the API server could not be asked who you are (or too many callers are being checked); try again\n".to_string(),
         };
         return (decision.status(), message).into_response();
     }
     next.run(request).await
 }
 
-async fn status(State(state): State<Arc<AdminState>>) -> Response {
+/// `/status[?namespace=NS]`. A few requests wait at a time; more get 503 rather than queue
+/// up work for the controller loop.
+async fn status(State(state): State<Arc<AdminState>>, request: Request) -> Response {
+    let namespace = request.uri().query().and_then(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "namespace")
+            .map(|(_, v)| v.to_string())
+            .filter(|v| !v.is_empty())
+    });
     let (reply, answer) = oneshot::channel();
-    if state.status.send(reply).await.is_err() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the controller loop is not running\n",
-        )
-            .into_response();
+    match state.status.try_send(StatusRequest { namespace, reply }) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many status requests; try again\n",
+            )
+                .into_response();
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the controller loop is not running\n",
+            )
+                .into_response();
+        }
     }
     match tokio::time::timeout(Duration::from_secs(10), answer).await {
         Ok(Ok(status)) => match serde_json::to_string(&status) {

@@ -17,7 +17,7 @@ use noexecute_engine::pipeline::{
     AttemptId, AttemptReport, AttemptResult, Effect, HeldBy, Watched,
 };
 use noexecute_engine::{Action, Pipeline};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::admin::Health;
@@ -28,7 +28,6 @@ use super::foreign::{Finding, Guard};
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::{Hold, RateLimiter};
-use super::status::Status;
 use super::watch::{NodeEvent, PodEvent};
 use crate::convert;
 
@@ -153,7 +152,7 @@ impl Driver {
                 },
             );
         } else {
-            tracing::warn!(pod = %name, "another taint eviction controller marked this pod");
+            tracing::debug!(pod = %name, "another taint eviction controller marked this pod");
         }
         if self.refuse_if_foreign && !self.refusing {
             self.refusing = true;
@@ -171,7 +170,7 @@ impl Driver {
         mut node_rx: mpsc::Receiver<NodeEvent>,
         mut pod_rx: mpsc::Receiver<PodEvent>,
         mut report_rx: mpsc::UnboundedReceiver<AttemptReport>,
-        mut status_rx: mpsc::Receiver<oneshot::Sender<Status>>,
+        mut status_rx: mpsc::Receiver<super::admin::StatusRequest>,
         shutdown: CancellationToken,
     ) -> Stop {
         let mut leadership = self.leadership.clone();
@@ -224,14 +223,19 @@ impl Driver {
                         self.metrics.eviction_retries.inc();
                     }
                 }
-                Some(reply) = status_rx.recv() => {
-                    let status = super::status::of(
-                        &self.pipeline,
-                        &self.identity,
-                        self.leading && !self.refusing,
-                        self.clock.now(),
-                    );
-                    let _ = reply.send(status);
+                Some(request) = status_rx.recv() => {
+                    // A caller that gave up costs nothing.
+                    if !request.reply.is_closed() {
+                        let status = super::status::of(
+                            &self.pipeline,
+                            &self.identity,
+                            self.leading && !self.refusing,
+                            self.refusing,
+                            request.namespace.as_deref(),
+                            self.clock.now(),
+                        );
+                        let _ = request.reply.send(status);
+                    }
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
                     self.pipeline.tick(self.clock.now());

@@ -13,9 +13,10 @@ use std::collections::HashSet;
 
 use noexecute_engine::{Time, Uid};
 
-/// How much earlier than our leadership a mark may be and still count (clock skew between
-/// this process and whoever set the condition).
-const SKEW_MS: i64 = 1_000;
+/// Marks from the first moments of our leadership are not counted: the previous leader's
+/// last marks carry times up to its release of the Lease, written in whole seconds by its
+/// clock. Marks seen while standing by are remembered and never counted.
+const HANDOVER_MS: i64 = 3_000;
 
 #[derive(Debug, Default)]
 pub struct Guard {
@@ -62,10 +63,12 @@ impl Guard {
     /// A pod update shows the taint-manager mark, set at `marked_at`.
     pub fn marked(&mut self, uid: &Uid, marked_at: Time) -> Finding {
         let Some(since) = self.leading_since else {
+            // Another replica's (or from before): never counted, even once we lead.
+            self.seen.insert(uid.clone());
             return Finding::None;
         };
         if self.ours.contains(uid)
-            || marked_at.as_millis() < since.as_millis() - SKEW_MS
+            || marked_at.as_millis() < since.as_millis() + HANDOVER_MS
             || !self.seen.insert(uid.clone())
         {
             return Finding::None;
@@ -87,20 +90,43 @@ mod tests {
     fn only_marks_by_others_while_leading_count_once_each() {
         let t = Time::from_millis;
         let mut g = Guard::default();
-        let (a, b, c, d) = (Uid::new("a"), Uid::new("b"), Uid::new("c"), Uid::new("d"));
-        assert_eq!(g.marked(&a, t(10_000)), Finding::None, "standing by");
+        let (a, b, c, d, e) = (
+            Uid::new("a"),
+            Uid::new("b"),
+            Uid::new("c"),
+            Uid::new("d"),
+            Uid::new("e"),
+        );
+        assert_eq!(g.marked(&e, t(4_000)), Finding::None, "standing by");
         g.set_leading(true, t(5_000));
+        assert_eq!(
+            g.marked(&e, t(9_000)),
+            Finding::None,
+            "seen while standing by: the previous leader's"
+        );
         g.started(&b);
-        assert_eq!(g.marked(&b, t(6_000)), Finding::None, "our own");
+        assert_eq!(g.marked(&b, t(9_000)), Finding::None, "our own");
         assert_eq!(g.marked(&c, t(3_000)), Finding::None, "before we led");
-        assert_eq!(g.marked(&a, t(6_000)), Finding::First);
-        assert_eq!(g.marked(&a, t(6_000)), Finding::None, "the same pod again");
-        assert_eq!(g.marked(&d, t(7_000)), Finding::Again);
+        assert_eq!(
+            g.marked(&d, t(6_000)),
+            Finding::None,
+            "the handover: the old leader's last marks, in whole seconds"
+        );
+        assert_eq!(g.marked(&a, t(9_000)), Finding::First);
+        assert_eq!(g.marked(&a, t(9_000)), Finding::None, "the same pod again");
+        let f = Uid::new("f");
+        assert_eq!(g.marked(&f, t(9_500)), Finding::Again);
         g.forget(&b);
         assert_eq!(
-            g.marked(&b, t(8_000)),
+            g.marked(&b, t(10_000)),
             Finding::Again,
             "a new pod with the old uid"
+        );
+        g.set_leading(false, t(11_000));
+        assert_eq!(
+            g.marked(&Uid::new("g"), t(12_000)),
+            Finding::None,
+            "standing by again"
         );
     }
 }

@@ -18,6 +18,10 @@ pub struct Status {
     pub leading: bool,
     pub synced: bool,
     pub braking: bool,
+    /// `--refuse-if-foreign` has stopped this replica evicting (another taint eviction
+    /// controller was seen); only a restart clears it.
+    #[serde(default)]
+    pub refusing: bool,
     /// The controller's clock when it answered.
     pub now: String,
     /// Sorted by deadline.
@@ -64,16 +68,24 @@ impl Pending {
     }
 }
 
-/// The status of `pipeline` as of `now`.
-pub fn of(pipeline: &Pipeline, identity: &str, leading: bool, now: Time) -> Status {
+/// The status of `pipeline` as of `now`, of pods in `namespace` (all: `None`).
+pub fn of(
+    pipeline: &Pipeline,
+    identity: &str,
+    leading: bool,
+    refusing: bool,
+    namespace: Option<&str>,
+    now: Time,
+) -> Status {
     Status {
         identity: identity.to_string(),
         leading,
         synced: pipeline.synced(),
         braking: pipeline.braking(),
+        refusing,
         now: timestamp(now),
         pending: pipeline
-            .countdowns()
+            .countdowns(|pod| namespace.is_none_or(|ns| &*pod.namespace == ns))
             .into_iter()
             .map(|c| Pending::new(c, now))
             .collect(),
@@ -166,6 +178,7 @@ mod tests {
             leading: true,
             synced: true,
             braking: false,
+            refusing: false,
             now: "2026-12-01T10:00:00Z".into(),
             pending: vec![Pending {
                 namespace: "ns".into(),
