@@ -214,7 +214,8 @@ fn bad_input_fails_cleanly() {
     );
     fails(
         &["explain", "nope", "--snapshot", SNAPSHOT],
-        "expected NAMESPACE/POD",
+        // A bare NAME is in -n's namespace, else (a snapshot has no context) `default`.
+        "pod default/nope is not in snapshot",
     );
     fails(
         &["plan", "--snapshot", "no/such.json"],
