@@ -224,7 +224,16 @@ impl Engine {
 
     /// Fire every eviction due at or before `now`.
     pub fn advance(&mut self, now: Time, out: &mut Vec<Action>) {
-        while let Some((id, _)) = self.queue.pop_due(now) {
+        self.advance_at_most(now, usize::MAX, out);
+    }
+
+    /// Fire at most `limit` of the deadlines due by `now`, earliest first; those left over
+    /// keep [`Engine::next_deadline`] at or before `now`.
+    pub fn advance_at_most(&mut self, now: Time, limit: usize, out: &mut Vec<Action>) {
+        for _ in 0..limit {
+            let Some((id, _)) = self.queue.pop_due(now) else {
+                break;
+            };
             self.fire(id, None, out);
         }
     }

@@ -112,6 +112,13 @@ impl Default for PipelineConfig {
     }
 }
 
+/// Deadlines one [`Pipeline::tick`] fires at most. When 135,000 pods fall due in the same
+/// instant (a zone's 300 s default tolerations running out), they are handed to the driver a
+/// batch at a time, so the effects and due evictions waiting for it stay bounded instead of
+/// all 135,000 being materialised at once. Every other input still fires everything due
+/// before it applies, so no input can overtake a deadline that has passed.
+pub const TICK_BATCH: usize = 1024;
+
 /// One attempt's identity; reports name it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AttemptId(pub u64);
@@ -590,9 +597,12 @@ impl Pipeline {
 
     // === Inputs ===
 
-    /// Time passed: fire due deadlines, start what the pacer lets go.
+    /// Time passed: fire due deadlines (at most [`TICK_BATCH`]), start what the pacer lets go.
+    /// With more due, [`Pipeline::next_wake`] stays at or before `now`: the driver carries out
+    /// this batch's effects and ticks again.
     pub fn tick(&mut self, now: Time) {
-        self.engine.advance(now, &mut self.actions);
+        self.engine
+            .advance_at_most(now, TICK_BATCH, &mut self.actions);
         self.absorb(now, false);
         self.settle(now);
     }
@@ -737,9 +747,13 @@ impl Pipeline {
     /// The executor's report on an attempt. Returns whether it concluded a live eviction
     /// (false for an attempt that was cancelled, replaced or unknown: its outcome changes
     /// nothing, and it should not be counted as a retry or an avoided eviction).
+    ///
+    /// Unlike the observations, a report does not fire the deadlines due by `now` first: it
+    /// concerns an eviction already fired, and no deadline's outcome depends on it. Those due
+    /// keep [`Pipeline::next_wake`] at or before `now` and fire, a batch at a time, at the
+    /// next tick; so a driver whose executor answers at once (`simulate`, `plan`) cannot turn
+    /// one batch's reports into firing every other deadline due.
     pub fn report(&mut self, report: AttemptReport, now: Time) -> bool {
-        self.engine.advance(now, &mut self.actions);
-        self.absorb(now, false);
         let Some(flight) = self.flights.remove(&report.attempt) else {
             // Not ours, or reported twice: nothing to free.
             self.settle(now);
@@ -1266,6 +1280,88 @@ mod tests {
             name: name.into(),
             taints: vec![Taint::no_execute("k", "v")],
         }
+    }
+
+    /// 2,148 pods whose toleration runs out in the same instant, with a driver whose executor
+    /// answers at once (as `simulate` and `plan` have): each tick hands over at most one batch,
+    /// the reports fire nothing more, the pipeline keeps asking to be woken now until every
+    /// one has started, and every one starts at its deadline.
+    #[test]
+    fn a_mass_deadline_is_handed_over_a_batch_at_a_time() {
+        use crate::Toleration;
+        let n = 2 * TICK_BATCH + 100;
+        let mut p = Pipeline::acting(PipelineConfig {
+            concurrency: usize::MAX,
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(&tainted("n"), false, t(0));
+        for i in 0..n {
+            let name = format!("p{i}");
+            let pod = PodObservation::new("ns", &name, &format!("u{i}"), Some("n"))
+                .with_tolerations(vec![Toleration::exists("k", None).for_seconds(10)]);
+            p.upsert_pod(pod, t(0));
+        }
+        drain(&mut p);
+        let due = t(10_000);
+        assert_eq!(p.next_wake(), Some(due));
+        let mut started = 0;
+        let mut ticks = 0;
+        while p.next_wake().is_some_and(|w| w <= due) {
+            p.tick(due);
+            ticks += 1;
+            let batch = starts(&drain(&mut p));
+            assert!(batch.len() <= TICK_BATCH, "{} in one tick", batch.len());
+            assert!(batch.iter().all(|a| a.deadline == due));
+            for a in &batch {
+                p.report(
+                    AttemptReport {
+                        attempt: a.id,
+                        result: AttemptResult::Evicted,
+                    },
+                    due,
+                );
+            }
+            assert!(
+                starts(&drain(&mut p)).is_empty(),
+                "a report fired the deadlines of other pods"
+            );
+            started += batch.len();
+        }
+        assert_eq!(started, n, "every pod's eviction started");
+        assert_eq!(ticks, n.div_ceil(TICK_BATCH));
+        assert_eq!(p.next_wake(), None);
+        assert_eq!(p.footprint(), 0);
+    }
+
+    /// An observation still fires everything due first: whatever it is about, an update that
+    /// comes between two batches cannot overtake a deadline that has passed.
+    #[test]
+    fn an_observation_between_batches_fires_every_deadline_due_first() {
+        use crate::Toleration;
+        let n = 2 * TICK_BATCH + 10;
+        let mut p = Pipeline::acting(PipelineConfig {
+            concurrency: usize::MAX,
+            ..PipelineConfig::default()
+        });
+        p.upsert_node(&tainted("n"), false, t(0));
+        let tolerating = vec![Toleration::exists("k", None).for_seconds(10)];
+        for i in 0..n {
+            let name = format!("p{i}");
+            let pod = PodObservation::new("ns", &name, &format!("u{i}"), Some("n"))
+                .with_tolerations(tolerating.clone());
+            p.upsert_pod(pod, t(0));
+        }
+        drain(&mut p);
+        p.tick(t(10_000));
+        assert_eq!(starts(&drain(&mut p)).len(), TICK_BATCH);
+        // A pod on another node: before it is looked at, every eviction due has started.
+        p.upsert_pod(
+            PodObservation::new("ns", "other", "uo", Some("m")),
+            t(10_000),
+        );
+        let effects = drain(&mut p);
+        assert_eq!(starts(&effects).len(), n - TICK_BATCH);
+        assert_eq!(p.next_wake(), None);
     }
 
     #[test]

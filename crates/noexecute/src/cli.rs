@@ -332,15 +332,37 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
         config: policy.engine_config(args.engine.comparison_operators),
         policy,
     };
-    let timeline = simulate::run(&scenario, opts);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    match args.output {
-        Output::Table | Output::Wide => report::table(&timeline, &mut out),
-        Output::Json => report::json_lines(&timeline, &mut out),
-        Output::Yaml => report::yaml(&timeline, &mut out),
-    }
-    .context("writing the timeline")?;
+    // JSON and YAML lines are written as the simulation makes them; the table (its columns are
+    // as wide as their widest cell) and the plot need the whole timeline.
+    let streamed = matches!(args.output, Output::Json | Output::Yaml) && args.plot.is_none();
+    let timeline = if streamed {
+        let mut failed = None;
+        let timeline = simulate::stream(scenario, opts, &mut |entry| {
+            if failed.is_some() {
+                return;
+            }
+            let written = match args.output {
+                Output::Yaml => report::yaml_entry(&entry, &mut out),
+                _ => report::json_entry(&entry, &mut out),
+            };
+            failed = written.err();
+        });
+        if let Some(e) = failed {
+            return Err(e).context("writing the timeline");
+        }
+        timeline
+    } else {
+        let timeline = simulate::run(scenario, opts);
+        match args.output {
+            Output::Table | Output::Wide => report::table(&timeline, &mut out),
+            Output::Json => report::json_lines(&timeline, &mut out),
+            Output::Yaml => report::yaml(&timeline, &mut out),
+        }
+        .context("writing the timeline")?;
+        timeline
+    };
     out.flush().context("writing the timeline")?;
     if let Some(path) = &args.plot {
         let title = format!(

@@ -6,7 +6,7 @@ use noexecute_engine::Time;
 use serde::Serialize;
 
 use crate::plan::{self, Plan};
-use crate::simulate::{Kind, Timeline};
+use crate::simulate::{Entry, Kind, Timeline};
 
 /// Seconds from the start, as printed.
 fn secs(t: Time) -> f64 {
@@ -114,15 +114,23 @@ struct Line<'a> {
 }
 
 pub fn json_lines(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
-    timeline_lines(t, |line| {
-        serde_json::to_writer(&mut *w, &line)?;
-        writeln!(w)
-    })
+    t.entries.iter().try_for_each(|e| json_entry(e, w))
+}
+
+/// One entry of the timeline as a JSON line.
+pub fn json_entry(e: &Entry, w: &mut impl Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *w, &line(e))?;
+    writeln!(w)
 }
 
 /// The timeline as a YAML list of the JSON lines' objects, written item by item.
 pub fn yaml(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
-    timeline_lines(t, |line| yaml_item(w, &line))
+    t.entries.iter().try_for_each(|e| yaml_entry(e, w))
+}
+
+/// One entry of the timeline as an item of a YAML list.
+pub fn yaml_entry(e: &Entry, w: &mut impl Write) -> io::Result<()> {
+    yaml_item(w, &line(e))
 }
 
 /// One YAML list item.
@@ -131,25 +139,18 @@ fn yaml_item(w: &mut impl Write, item: &impl Serialize) -> io::Result<()> {
     w.write_all(text.as_bytes())
 }
 
-fn timeline_lines(
-    t: &Timeline,
-    mut each: impl FnMut(Line<'_>) -> io::Result<()>,
-) -> io::Result<()> {
-    for e in &t.entries {
-        let line = Line {
-            at: secs(e.at),
-            event: e.kind.name(),
-            pod: &e.pod,
-            node: e.node.as_deref(),
-            deadline: match e.kind {
-                Kind::Scheduled { deadline } => Some(secs(deadline)),
-                _ => None,
-            },
-            reason: &e.reason,
-        };
-        each(line)?;
+fn line(e: &Entry) -> Line<'_> {
+    Line {
+        at: secs(e.at),
+        event: e.kind.name(),
+        pod: &e.pod,
+        node: e.node.as_deref(),
+        deadline: match e.kind {
+            Kind::Scheduled { deadline } => Some(secs(deadline)),
+            _ => None,
+        },
+        reason: &e.reason,
     }
-    Ok(())
 }
 
 /// The plan as a table; `wide` adds each eviction's absolute time.

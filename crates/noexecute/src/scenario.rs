@@ -136,7 +136,7 @@ pub struct TaintSpec {
 }
 
 /// `PodSpec.tolerations[]`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Default)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, Hash, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TolerationSpec {
     #[serde(default)]

@@ -4,8 +4,14 @@
 //! fires every deadline due by then, then the scenario's change is applied. Due evictions pass
 //! through the same pacing (rate limits, mass-eviction brake). The simulated executor
 //! succeeds at once, and an evicted pod leaves the simulation.
+//!
+//! The scenario is consumed as it is fed in, and the timeline's entries can be handed out as
+//! they are made ([`stream`]) instead of kept ([`run`]): printing 150,000 pods' timeline as
+//! JSON lines holds no entry longer than it takes to write it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
 
 use noexecute_engine::pace::BrakeChange;
 use noexecute_engine::pipeline::{Attempt, AttemptReport, AttemptResult, Effect, HeldBy};
@@ -78,7 +84,10 @@ pub struct Options {
 /// The result of a simulation.
 #[derive(Clone, Debug)]
 pub struct Timeline {
+    /// Every entry, in order; empty when they were streamed ([`stream`]).
     pub entries: Vec<Entry>,
+    /// How many pods were evicted (counted whether or not the entries are kept).
+    pub evicted: usize,
     /// When the simulation stopped.
     pub end: Time,
     /// Pods that existed at some point.
@@ -93,21 +102,20 @@ pub struct Timeline {
 
 impl Timeline {
     pub fn evicted(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| e.kind == Kind::Evicted)
-            .count()
+        self.evicted
     }
 }
 
+/// What the simulator keeps of a live pod: pods share their toleration lists, and the UID is
+/// a number (`sim-N`).
 struct SimPod {
-    uid: String,
+    uid: u64,
     node: Option<String>,
-    tolerations: Vec<Toleration>,
+    tolerations: Rc<[Toleration]>,
     excluded: bool,
 }
 
-struct Sim {
+struct Sim<'a> {
     pipeline: Pipeline,
     now: Time,
     opts: Options,
@@ -115,11 +123,26 @@ struct Sim {
     /// Nodes released from the brake by a scenario event.
     released: BTreeSet<String>,
     pods: BTreeMap<(String, String), SimPod>,
+    /// Toleration lists as written → as the engine sees them (default tolerations added).
+    tolerations: HashMap<Vec<scenario::TolerationSpec>, Rc<[Toleration]>>,
     uids: u64,
+    /// Evicted pods, deleted from the pipeline once nothing else is due (see `absorb`).
+    gone: Vec<(Arc<str>, Arc<str>)>,
     timeline: Timeline,
+    out: &'a mut dyn FnMut(Entry),
 }
 
-pub fn run(scenario: &Scenario, opts: Options) -> Timeline {
+/// Simulate, keeping every entry of the timeline.
+pub fn run(scenario: Scenario, opts: Options) -> Timeline {
+    let mut entries = Vec::new();
+    let mut timeline = stream(scenario, opts, &mut |e| entries.push(e));
+    timeline.entries = entries;
+    timeline
+}
+
+/// Simulate, handing each entry of the timeline to `out` as it is made; the timeline
+/// returned has no entries.
+pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> Timeline {
     let mut config = opts.policy.pipeline_config(false, usize::MAX, 0);
     config.engine = opts.config.clone();
     let mut sim = Sim {
@@ -128,9 +151,13 @@ pub fn run(scenario: &Scenario, opts: Options) -> Timeline {
         nodes: BTreeMap::new(),
         released: BTreeSet::new(),
         pods: BTreeMap::new(),
+        tolerations: HashMap::new(),
         uids: 0,
+        gone: Vec::new(),
+        out,
         timeline: Timeline {
             entries: Vec::new(),
+            evicted: 0,
             end: Time::from_millis(0),
             pods_seen: 0,
             pending: Vec::new(),
@@ -139,29 +166,34 @@ pub fn run(scenario: &Scenario, opts: Options) -> Timeline {
         },
         opts,
     };
-    for node in &scenario.nodes {
-        sim.timeline
-            .node_labels
-            .insert(node.name.clone(), node.labels.clone());
+    let Scenario {
+        until,
+        nodes,
+        pods,
+        events,
+    } = scenario;
+    for node in nodes {
         let taints = node
             .taints
             .iter()
             .map(|t| scenario::taint(t, sim.now))
             .collect();
         sim.set_node(&node.name, taints);
+        sim.timeline.node_labels.insert(node.name, node.labels);
     }
-    for pod in &scenario.pods {
+    // Each pod's spec is dropped once it is fed in.
+    for pod in pods {
         sim.add_pod(pod);
     }
-    let until = sim.opts.until.or(scenario.until.map(|u| u.time()));
-    for event in &scenario.events {
+    let until = sim.opts.until.or(until.map(|u| u.time()));
+    for event in events {
         let at = event.at.time();
         if until.is_some_and(|u| at > u) {
             break;
         }
         sim.advance_to(at);
         sim.mark(&event.change);
-        sim.apply(&event.change);
+        sim.apply(event.change);
     }
     match until {
         Some(u) => sim.advance_to(u),
@@ -179,7 +211,7 @@ fn short_key(key: &str) -> &str {
     key.rsplit('/').next().unwrap_or(key)
 }
 
-impl Sim {
+impl Sim<'_> {
     /// The next instant the pipeline has something to do.
     fn next_step(&self) -> Option<Time> {
         self.pipeline.next_wake().map(|t| t.max(self.now))
@@ -226,7 +258,7 @@ impl Sim {
             },
         ));
         let (_, _, share) = self.pipeline.brake_counts();
-        self.timeline.entries.push(Entry {
+        self.entry(Entry {
             at: self.now,
             kind,
             pod: "-".into(),
@@ -235,9 +267,33 @@ impl Sim {
         });
     }
 
+    /// One line of the timeline, out.
+    fn entry(&mut self, entry: Entry) {
+        if entry.kind == Kind::Evicted {
+            self.timeline.evicted += 1;
+        }
+        (self.out)(entry);
+    }
+
     /// Turn the pipeline's effects into timeline entries. The simulated executor evicts at
     /// once: the pod leaves the simulation.
     fn absorb(&mut self) {
+        loop {
+            self.absorb_effects();
+            // Evicted pods are deleted once nothing else is due now: deleting a pod first
+            // fires every deadline due, which would hand over all of a mass deadline (135,000
+            // pods in one instant) at once instead of a tick's batch at a time.
+            let due = self.pipeline.next_wake().is_some_and(|t| t <= self.now);
+            if due || self.gone.is_empty() {
+                return;
+            }
+            for (namespace, name) in std::mem::take(&mut self.gone) {
+                self.pipeline.delete_pod(&namespace, &name, None, self.now);
+            }
+        }
+    }
+
+    fn absorb_effects(&mut self) {
         while let Some(effect) = self.pipeline.poll_effect() {
             let (pod, node, kind, reason) = match effect {
                 Effect::Decided(action) => {
@@ -297,7 +353,7 @@ impl Sim {
                 | Effect::Unparked { .. }
                 | Effect::Synced { .. } => continue,
             };
-            self.timeline.entries.push(Entry {
+            self.entry(Entry {
                 at: self.now,
                 kind,
                 pod,
@@ -317,8 +373,8 @@ impl Sim {
             self.now,
         );
         let (namespace, name) = (&attempt.pod.namespace, &attempt.pod.name);
-        self.pipeline.delete_pod(namespace, name, None, self.now);
         self.pods.remove(&(namespace.to_string(), name.to_string()));
+        self.gone.push((namespace.clone(), name.clone()));
     }
 
     fn set_node(&mut self, name: &str, taints: Vec<Taint>) {
@@ -332,41 +388,48 @@ impl Sim {
         self.absorb();
     }
 
-    fn tolerations(&self, specs: &[scenario::TolerationSpec]) -> Vec<Toleration> {
+    /// A pod's tolerations as the engine sees them, shared by every pod that lists the same.
+    fn tolerations(&mut self, specs: Vec<scenario::TolerationSpec>) -> Rc<[Toleration]> {
+        if let Some(shared) = self.tolerations.get(specs.as_slice()) {
+            return shared.clone();
+        }
         let mut tolerations: Vec<Toleration> = specs.iter().map(scenario::toleration).collect();
         if self.opts.default_tolerations {
             add_default_tolerations(&mut tolerations, 300);
         }
-        tolerations
+        let shared: Rc<[Toleration]> = tolerations.into();
+        self.tolerations.insert(specs, shared.clone());
+        shared
     }
 
-    fn add_pod(&mut self, spec: &PodSpec) {
+    fn add_pod(&mut self, spec: PodSpec) {
         self.uids += 1;
         self.timeline.pods_seen += 1;
+        let excluded = self
+            .opts
+            .policy
+            .excludes(&spec.namespace, Some(&spec.labels));
         let pod = SimPod {
-            uid: format!("sim-{}", self.uids),
-            node: spec.node_name.clone(),
-            tolerations: self.tolerations(&spec.tolerations),
-            excluded: self
-                .opts
-                .policy
-                .excludes(&spec.namespace, Some(&spec.labels)),
+            uid: self.uids,
+            node: spec.node_name,
+            tolerations: self.tolerations(spec.tolerations),
+            excluded,
         };
         self.observe_pod(&spec.namespace, &spec.name, &pod);
-        self.pods
-            .insert((spec.namespace.clone(), spec.name.clone()), pod);
+        self.pods.insert((spec.namespace, spec.name), pod);
     }
 
     fn observe_pod(&mut self, namespace: &str, name: &str, pod: &SimPod) {
-        let mut obs = PodObservation::new(namespace, name, &pod.uid, pod.node.as_deref())
-            .with_tolerations(pod.tolerations.clone());
+        let uid = format!("sim-{}", pod.uid);
+        let mut obs = PodObservation::new(namespace, name, &uid, pod.node.as_deref())
+            .with_tolerations(pod.tolerations.to_vec());
         obs.excluded = pod.excluded;
         self.pipeline.upsert_pod(obs, self.now);
         self.absorb();
     }
 
     fn ignored(&mut self, pod: String, reason: &str) {
-        self.timeline.entries.push(Entry {
+        self.entry(Entry {
             at: self.now,
             kind: Kind::Ignored,
             pod,
@@ -398,7 +461,7 @@ impl Sim {
         }
     }
 
-    fn apply(&mut self, change: &Change) {
+    fn apply(&mut self, change: Change) {
         match change {
             Change::AddTaint(t) => {
                 let mut taints = self.nodes.get(&t.node).cloned().unwrap_or_default();
@@ -421,15 +484,13 @@ impl Sim {
                 self.set_node(&s.node, taints);
             }
             Change::AddNode(n) => {
-                self.timeline
-                    .node_labels
-                    .insert(n.name.clone(), n.labels.clone());
                 let taints = n
                     .taints
                     .iter()
                     .map(|t| scenario::taint(t, self.now))
                     .collect();
                 self.set_node(&n.name, taints);
+                self.timeline.node_labels.insert(n.name, n.labels);
             }
             Change::DeleteNode(n) => {
                 self.nodes.remove(&n.name);
@@ -456,10 +517,10 @@ impl Sim {
                     );
                     return;
                 };
-                if let Some(node) = &u.node_name {
-                    pod.node = Some(node.clone());
+                if let Some(node) = u.node_name {
+                    pod.node = Some(node);
                 }
-                if let Some(t) = &u.tolerations {
+                if let Some(t) = u.tolerations {
                     pod.tolerations = self.tolerations(t);
                 }
                 self.observe_pod(&u.namespace, &u.name, &pod);

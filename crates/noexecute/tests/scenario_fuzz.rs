@@ -49,7 +49,7 @@ fn check(text: &str) -> Result<(), TestCaseError> {
     match Scenario::parse(Path::new("fuzz.yaml"), text) {
         Ok(scenario) => {
             // Whatever parses must also simulate without panicking.
-            let timeline = simulate::run(&scenario, simulate::Options::default());
+            let timeline = simulate::run(scenario, simulate::Options::default());
             prop_assert!(timeline.evicted() <= timeline.pods_seen);
         }
         Err(e) => prop_assert!(e.to_string().starts_with("fuzz.yaml"), "{e}"),

@@ -436,3 +436,69 @@ fn bad_pacing_flags_are_named() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// A mass deadline larger than a tick's batch (3,000 pods whose toleration runs out in the
+/// same instant): the JSON lines written as the simulation runs are exactly the ones of the
+/// whole timeline (kept for `--plot`), every pod goes at its deadline, and YAML has the same
+/// items.
+#[test]
+fn a_mass_deadline_streams_the_same_timeline_it_keeps() {
+    let dir = std::env::temp_dir().join(format!("noexecute-mass-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods: Vec<serde_json::Value> = (0..3000usize)
+        .map(|i| {
+            let tolerations = if i.is_multiple_of(10) {
+                serde_json::json!([])
+            } else {
+                serde_json::json!([{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}])
+            };
+            serde_json::json!({"name": format!("p{i}"), "nodeName": "n", "tolerations": tolerations})
+        })
+        .collect();
+    let scenario = serde_json::json!({
+        "nodes": [{"name": "n"}, {"name": "m"}],
+        "pods": pods,
+        "events": [{"at": "10s", "addTaint": {"node": "n", "taint": {"key": "k", "effect": "NoExecute"}}}],
+    });
+    let file = dir.join("mass.json");
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+    let svg = dir.join("mass.svg");
+
+    let streamed = noexecute(&["simulate", file, "-o", "json"]);
+    let kept = noexecute(&[
+        "simulate",
+        file,
+        "-o",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(streamed.status.success() && kept.status.success());
+    assert_eq!(
+        streamed.stdout, kept.stdout,
+        "the same lines, in the same order"
+    );
+
+    let lines = json_lines(&["simulate", file, "-o", "json"]);
+    let evicted: Vec<(f64, String, String)> = events(&lines)
+        .into_iter()
+        .filter(|(_, e, _)| e == "evicted")
+        .collect();
+    assert_eq!(evicted.len(), 3000);
+    for (at, _, pod) in &evicted {
+        let i: usize = pod.trim_start_matches("default/p").parse().unwrap();
+        let due = if i.is_multiple_of(10) { 10.0 } else { 40.0 };
+        assert_eq!(*at, due, "{pod}");
+    }
+
+    let yaml = noexecute(&["simulate", file, "-o", "yaml"]);
+    assert!(yaml.status.success());
+    let items: Vec<serde_json::Value> = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(items, lines, "YAML lists the JSON lines' objects");
+
+    let table = noexecute(&["simulate", file]);
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.contains("3000 of 3000 pods evicted"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
