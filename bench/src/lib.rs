@@ -122,6 +122,9 @@ pub struct Outcome {
     pub cpu_s: f64,
     /// API server requests made during the run, by "VERB resource[/subresource]".
     pub requests: BTreeMap<String, f64>,
+    /// The API server's mean time serving one of those requests, ms (from its
+    /// `apiserver_request_duration_seconds`): the floor under the eviction lag.
+    pub server_ms: BTreeMap<String, f64>,
     /// noexecute only: the share of evictions whose DELETE completed within 25 ms and 100 ms
     /// of their deadline, by the controller's own clock (its `pod_deletion_duration_seconds`
     /// histogram; upstream's records nanoseconds as seconds and cannot say).
@@ -189,13 +192,28 @@ fn process_stats(pid: u32) -> Result<(f64, f64, f64)> {
 }
 
 /// `apiserver_request_total`, summed by "VERB resource[/subresource]".
-fn request_counts(plane: &Plane) -> Result<BTreeMap<String, f64>> {
+/// The API server's request counters, and the seconds it spent serving them, by "VERB
+/// resource[/subresource]" (`apiserver_request_total`, `apiserver_request_duration_seconds`).
+#[derive(Default)]
+struct Requests {
+    count: BTreeMap<String, f64>,
+    seconds: BTreeMap<String, f64>,
+    served: BTreeMap<String, f64>,
+}
+
+fn request_counts(plane: &Plane) -> Result<Requests> {
     let text = plane.kubectl(&["get", "--raw", "/metrics"])?;
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
+    let mut out = Requests::default();
+    for line in text.lines() {
+        let into = if line.starts_with("apiserver_request_total{") {
+            &mut out.count
+        } else if line.starts_with("apiserver_request_duration_seconds_sum{") {
+            &mut out.seconds
+        } else if line.starts_with("apiserver_request_duration_seconds_count{") {
+            &mut out.served
+        } else {
+            continue;
+        };
         let label = |name: &str| {
             let needle = format!("{name}=\"");
             line.split(&needle)
@@ -218,9 +236,18 @@ fn request_counts(plane: &Plane) -> Result<BTreeMap<String, f64>> {
         } else {
             format!("{verb} {resource}/{sub}")
         };
-        *out.entry(key).or_insert(0.0) += value;
+        *into.entry(key).or_insert(0.0) += value;
     }
     Ok(out)
+}
+
+/// What grew between two readings.
+fn grown(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect()
 }
 
 /// An object as a client creates it: without what the API server sets (uid, resource
@@ -563,13 +590,15 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         })
         .collect();
     lags.sort_by(f64::total_cmp);
-    let mut requests = BTreeMap::new();
-    for (k, v) in &requests_after {
-        let d = v - requests_before.get(k).copied().unwrap_or(0.0);
-        if d > 0.0 {
-            requests.insert(k.clone(), d);
-        }
-    }
+    let requests = grown(&requests_after.count, &requests_before.count);
+    let served = grown(&requests_after.served, &requests_before.served);
+    let server_ms = grown(&requests_after.seconds, &requests_before.seconds)
+        .into_iter()
+        .filter_map(|(k, secs)| {
+            let n = served.get(&k).copied().filter(|n| *n > 0.0)?;
+            Some((k, secs / n * 1000.0))
+        })
+        .collect();
     if evicted_names.is_empty() {
         bail!("[{which}] nothing was evicted");
     }
@@ -593,6 +622,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         rss_peak_mib: peak,
         cpu_s: cpu_after - cpu_before,
         requests,
+        server_ms,
         controller_within_25ms: within.0,
         controller_within_100ms: within.1,
         evicted: evicted_names.len(),
@@ -743,6 +773,24 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
         s.push_str(&format!(
             "| API requests: {k} | {theirs:.0} | {mine:.0} | {} |\n",
             ratio(mine, theirs)
+        ));
+    }
+    let keys: BTreeSet<&String> = upstream
+        .server_ms
+        .keys()
+        .chain(ours.server_ms.keys())
+        .filter(|k| k.contains("pods"))
+        .collect();
+    for k in keys {
+        let cell = |o: &Outcome| {
+            o.server_ms
+                .get(k)
+                .map_or_else(|| "–".to_string(), |ms| format!("{ms:.1} ms"))
+        };
+        s.push_str(&format!(
+            "| API server's mean time per request: {k} | {} | {} | |\n",
+            cell(upstream),
+            cell(ours)
         ));
     }
     s
