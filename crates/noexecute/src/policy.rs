@@ -300,7 +300,7 @@ fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    serde_yaml_ng::from_str(&text).map_err(|e| {
+    serde_saphyr::from_str_with_options(&text, crate::input::yaml_options()).map_err(|e| {
         let (line, column, message) = crate::input::yaml_error(&e);
         PolicyError::File {
             path: path.to_path_buf(),

@@ -325,9 +325,9 @@ impl Scenario {
         Scenario::parse(path, &text)
     }
 
-    /// Parse a scenario: YAML, or JSON (which is YAML too) when it starts with `{`. JSON is
-    /// read directly, without the YAML library's buffer of the whole document's events: a
-    /// 150,000-pod scenario costs a third of the memory (docs/benchmarks.md).
+    /// Parse a scenario: YAML, or JSON (which is YAML too) when it starts with `{`, which the
+    /// JSON parser reads faster. Neither builds a tree of the document: both decode straight
+    /// into the scenario's types.
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         let syntax = |(line, column, message)| crate::input::InputError::Syntax {
             path: path.to_path_buf(),
@@ -343,11 +343,12 @@ impl Scenario {
                 Err(e) if e.classify() == serde_json::error::Category::Data => {
                     return Err(syntax(crate::input::json_error(&e)));
                 }
-                Err(_) => serde_yaml_ng::from_str(text)
+                Err(_) => serde_saphyr::from_str_with_options(text, crate::input::yaml_options())
                     .map_err(|e| syntax(crate::input::yaml_error(&e)))?,
             }
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| syntax(crate::input::yaml_error(&e)))?
+            serde_saphyr::from_str_with_options(text, crate::input::yaml_options())
+                .map_err(|e| syntax(crate::input::yaml_error(&e)))?
         };
         let invalid = |field: String, message: String| crate::input::InputError::Invalid {
             path: path.to_path_buf(),

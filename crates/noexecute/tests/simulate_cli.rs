@@ -209,7 +209,7 @@ fn bad_input_is_reported_with_file_and_place() {
     );
     fails_with(
         "nodes:\n  - name: a\n    taints: {key: k}\n",
-        &[":3:", "invalid type"],
+        &[":3:13:", "expected sequence"],
     );
     fails_with("until: soon\n", &[":1:", "duration"]);
     fails_with(
