@@ -93,6 +93,8 @@ pub struct PipelineConfig {
     pub backoff: Backoff,
     /// Seed of the jitter generator (the live controller seeds it randomly).
     pub seed: u64,
+    /// Deadlines one tick fires at most ([`TICK_BATCH`]).
+    pub tick_batch: usize,
 }
 
 impl Default for PipelineConfig {
@@ -108,15 +110,19 @@ impl Default for PipelineConfig {
             stale_cache_guard: false,
             backoff: Backoff::default(),
             seed: 0x5eed,
+            tick_batch: TICK_BATCH,
         }
     }
 }
 
-/// Deadlines one [`Pipeline::tick`] fires at most. When 135,000 pods fall due in the same
-/// instant (a zone's 300 s default tolerations running out), they are handed to the driver a
-/// batch at a time, so the effects and due evictions waiting for it stay bounded instead of
-/// all 135,000 being materialised at once. Every other input still fires everything due
-/// before it applies, so no input can overtake a deadline that has passed.
+/// Deadlines one [`Pipeline::tick`] fires at most (the default of
+/// [`PipelineConfig::tick_batch`]). When 135,000 pods fall due in the same instant (a zone's
+/// 300 s default tolerations running out), a driver that only ticks (`simulate`, `plan`, whose
+/// executors answer at once) is handed them a batch at a time, so what waits for it (effects,
+/// due evictions) stays bounded instead of all 135,000 being materialised at once. Every
+/// observation still fires everything due before it applies, so none can overtake a deadline
+/// that has passed: in the live controller, the first pod update of a mass deadline fires it
+/// whole (its executor starts at most `concurrency` attempts of them at a time).
 pub const TICK_BATCH: usize = 1024;
 
 /// One attempt's identity; reports name it.
@@ -597,12 +603,13 @@ impl Pipeline {
 
     // === Inputs ===
 
-    /// Time passed: fire due deadlines (at most [`TICK_BATCH`]), start what the pacer lets go.
+    /// Time passed: fire due deadlines (at most [`PipelineConfig::tick_batch`]), start what
+    /// the pacer lets go.
     /// With more due, [`Pipeline::next_wake`] stays at or before `now`: the driver carries out
     /// this batch's effects and ticks again.
     pub fn tick(&mut self, now: Time) {
-        self.engine
-            .advance_at_most(now, TICK_BATCH, &mut self.actions);
+        let batch = self.config.tick_batch.max(1);
+        self.engine.advance_at_most(now, batch, &mut self.actions);
         self.absorb(now, false);
         self.settle(now);
     }

@@ -100,6 +100,9 @@ struct Setup {
     slow_executor: bool,
     /// Quiesce an eighth as often: more state piles up in between.
     rare_quiesce: bool,
+    /// Deadlines a tick fires at most: 1 and 2 put batch boundaries inside every mass
+    /// deadline of six pods.
+    tick_batch: usize,
 }
 
 impl Setup {
@@ -128,6 +131,7 @@ impl Setup {
             pdb_timeout: self.evict.then_some(Duration::from_secs(2)),
             stale_cache_guard: self.guard,
             seed: self.seed,
+            tick_batch: self.tick_batch,
             ..PipelineConfig::default()
         }
     }
@@ -220,18 +224,22 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
         any::<u64>(),
         prop::bool::weighted(0.25),
         prop::bool::weighted(0.25),
+        prop::sample::select(vec![1usize, 2, noexecute_engine::pipeline::TICK_BATCH]),
     )
         .prop_map(
-            |(concurrency, rate, node_rate, brake, evict, guard, seed, slow, rare)| Setup {
-                concurrency,
-                rate,
-                node_rate,
-                brake,
-                evict,
-                guard,
-                seed,
-                slow_executor: slow,
-                rare_quiesce: rare,
+            |(concurrency, rate, node_rate, brake, evict, guard, seed, slow, rare, tick_batch)| {
+                Setup {
+                    concurrency,
+                    rate,
+                    node_rate,
+                    brake,
+                    evict,
+                    guard,
+                    seed,
+                    slow_executor: slow,
+                    rare_quiesce: rare,
+                    tick_batch,
+                }
             },
         )
 }

@@ -156,6 +156,9 @@ pub struct ExplainArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub policy: crate::policy::PolicyArgs,
+    /// How to print it: text (`table`, `wide`), or the same as one JSON object or YAML.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
 }
 
 pub use crate::policy::EngineArgs;
@@ -421,16 +424,21 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     } else {
         format!("{}/{}", args.source.default_namespace(), args.pod)
     };
-    let text = explain::explain(
+    let now = wall_clock();
+    let explanation = explain::explain(
         state,
         &hypothesis,
         &pod,
-        wall_clock(),
+        now,
         &policy,
         args.engine.comparison_operators,
     )
     .map_err(anyhow::Error::msg)?;
-    print!("{text}");
+    match args.output {
+        Output::Table | Output::Wide => print!("{}", explanation.text(now)),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&explanation)?),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -7,9 +7,68 @@ use std::fmt::Write;
 use noexecute_engine::Time;
 use noexecute_engine::toleration::first_tolerating;
 
+use serde::Serialize;
+
 use crate::convert;
 use crate::plan::{self, Hypothesis};
 use crate::state::ClusterState;
+
+/// Why a pod would be evicted or not, as data (`-o json|yaml`) and as text.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `namespace/name`.
+    pub pod: String,
+    pub uid: String,
+    pub phase: String,
+    pub terminating: bool,
+    /// The node it is bound to (none: taint eviction does not apply).
+    pub node: Option<String>,
+    /// Whether that node is in the source.
+    pub node_found: bool,
+    /// Where the state came from (a snapshot file, the live cluster).
+    pub source: String,
+    /// Taints of the node with another effect, which do not evict.
+    pub other_taints: usize,
+    pub no_execute_taints: Vec<TaintLine>,
+    pub tolerations: Vec<TolerationLine>,
+    /// Absent for a pod bound to no node.
+    pub decision: Option<Decision>,
+    /// A countdown of an existing taint is estimated from its `timeAdded`.
+    pub estimated: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaintLine {
+    pub taint: String,
+    /// RFC 3339.
+    pub added: Option<String>,
+    /// 1-based index of the first toleration that tolerates it.
+    pub tolerated_by: Option<usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TolerationLine {
+    pub toleration: String,
+    /// The taints it is the one tolerating.
+    pub used_for: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// `evict` or `keep`.
+    pub action: &'static str,
+    /// RFC 3339; absent when not evicted.
+    pub at: Option<String>,
+    /// Seconds from now (0: at once).
+    pub in_seconds: Option<f64>,
+    pub reason: String,
+    #[serde(skip)]
+    evicted_at: Option<Time>,
+}
 
 pub fn explain(
     state: ClusterState,
@@ -18,7 +77,7 @@ pub fn explain(
     now: Time,
     policy: &crate::policy::Policy,
     comparison_operators: bool,
-) -> Result<String, String> {
+) -> Result<Explanation, String> {
     let (namespace, name) = target
         .split_once('/')
         .ok_or_else(|| format!("{target:?}: expected NAMESPACE/POD"))?;
@@ -31,16 +90,21 @@ pub fn explain(
         })
         .ok_or_else(|| format!("pod {target} is not in {}", state.source))?;
     let obs = convert::pod(pod);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Pod {target} (uid {}), phase {}{}",
-        obs.uid,
-        obs.phase.as_str(),
-        if obs.terminating { ", terminating" } else { "" }
-    );
+    let mut out = Explanation {
+        pod: target.to_string(),
+        uid: obs.uid.to_string(),
+        phase: obs.phase.as_str().to_string(),
+        terminating: obs.terminating,
+        node: obs.node_name.clone(),
+        node_found: false,
+        source: state.source.clone(),
+        other_taints: 0,
+        no_execute_taints: Vec::new(),
+        tolerations: Vec::new(),
+        decision: None,
+        estimated: false,
+    };
     let Some(node_name) = obs.node_name.clone() else {
-        let _ = writeln!(out, "Not bound to a node: taint eviction does not apply.");
         return Ok(out);
     };
     let added = hypothesis.resolve(&state)?;
@@ -48,6 +112,7 @@ pub fn explain(
         .nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
+    out.node_found = node.is_some();
     let mut taints: Vec<noexecute_engine::Taint> =
         node.map(|n| convert::node(n).taints).unwrap_or_default();
     for t in added.get(&node_name).into_iter().flatten() {
@@ -58,86 +123,148 @@ pub fn explain(
     }
     let no_execute: Vec<&noexecute_engine::Taint> =
         taints.iter().filter(|t| t.is_no_execute()).collect();
-    let other = taints.len() - no_execute.len();
-    match node {
-        None => {
-            let _ = writeln!(out, "Node {node_name}: not found in {}", state.source);
-        }
-        Some(_) => {
+    out.other_taints = taints.len() - no_execute.len();
+    let gate = comparison_operators;
+    let tolerations = &obs.tolerations;
+    out.no_execute_taints = no_execute
+        .iter()
+        .map(|taint| TaintLine {
+            taint: taint.to_string(),
+            added: taint.time_added.map(plan::timestamp),
+            tolerated_by: first_tolerating(tolerations, taint, gate).map(|i| i + 1),
+        })
+        .collect();
+    out.tolerations = tolerations
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TolerationLine {
+            toleration: t.to_string(),
+            used_for: no_execute
+                .iter()
+                .filter(|taint| first_tolerating(tolerations, taint, gate) == Some(i))
+                .map(|taint| taint.to_string())
+                .collect(),
+        })
+        .collect();
+    out.estimated = no_execute
+        .iter()
+        .any(|t| t.time_added.is_some_and(|a| a < now));
+    let result = plan::run(state, hypothesis, now, None, policy, comparison_operators)?;
+    let row = result.rows.iter().find(|r| r.pod == target);
+    out.decision = Some(match row {
+        Some(r) => Decision {
+            action: if r.evicted_at.is_some() {
+                "evict"
+            } else {
+                "keep"
+            },
+            at: r.evicted_at.map(plan::timestamp),
+            in_seconds: r
+                .evicted_at
+                .map(|at| (at.as_millis() - now.as_millis()).max(0) as f64 / 1000.0),
+            reason: r.reason.clone(),
+            evicted_at: r.evicted_at,
+        },
+        None => Decision {
+            action: "keep",
+            at: None,
+            in_seconds: None,
+            reason: "the node has no NoExecute taints".to_string(),
+            evicted_at: None,
+        },
+    });
+    Ok(out)
+}
+
+impl Explanation {
+    /// The explanation for people.
+    pub fn text(&self, now: Time) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Pod {} (uid {}), phase {}{}",
+            self.pod,
+            self.uid,
+            self.phase,
+            if self.terminating {
+                ", terminating"
+            } else {
+                ""
+            }
+        );
+        let (Some(node_name), Some(decision)) = (&self.node, &self.decision) else {
+            let _ = writeln!(out, "Not bound to a node: taint eviction does not apply.");
+            return out;
+        };
+        if self.node_found {
             let _ = writeln!(
                 out,
                 "Node {node_name}: {} NoExecute taint(s){}",
-                no_execute.len(),
-                if other > 0 {
-                    format!(" ({other} other taint(s) do not evict and are ignored)")
+                self.no_execute_taints.len(),
+                if self.other_taints > 0 {
+                    format!(
+                        " ({} other taint(s) do not evict and are ignored)",
+                        self.other_taints
+                    )
                 } else {
                     String::new()
                 }
             );
-        }
-    }
-    let gate = comparison_operators;
-    let tolerations = &obs.tolerations;
-    for taint in &no_execute {
-        let since = taint
-            .time_added
-            .map(|t| format!(" (added {})", plan::timestamp(t)))
-            .unwrap_or_default();
-        match first_tolerating(tolerations, taint, gate) {
-            Some(i) => {
-                let _ = writeln!(
-                    out,
-                    "  {taint}{since}\n      tolerated by #{}: {}",
-                    i + 1,
-                    tolerations[i]
-                );
-            }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "  {taint}{since}\n      NOT TOLERATED by any toleration"
-                );
-            }
-        }
-    }
-    let _ = writeln!(out, "Tolerations ({}):", tolerations.len());
-    for (i, t) in tolerations.iter().enumerate() {
-        let used: Vec<String> = no_execute
-            .iter()
-            .filter(|taint| first_tolerating(tolerations, taint, gate) == Some(i))
-            .map(|taint| taint.to_string())
-            .collect();
-        let note = if used.is_empty() {
-            "matches no NoExecute taint on the node (or an earlier toleration does)".to_string()
         } else {
-            format!("used for {}", used.join(", "))
-        };
-        let _ = writeln!(out, "  #{} {t}\n      {note}", i + 1);
-    }
-    let result = plan::run(state, hypothesis, now, None, policy, comparison_operators)?;
-    let row = result.rows.iter().find(|r| r.pod == target);
-    let decision = match row {
-        Some(r) => match r.evicted_at {
-            Some(at) if at <= now => format!("evict now: {}", r.reason),
+            let _ = writeln!(out, "Node {node_name}: not found in {}", self.source);
+        }
+        for t in &self.no_execute_taints {
+            let since = t
+                .added
+                .as_ref()
+                .map(|a| format!(" (added {a})"))
+                .unwrap_or_default();
+            match t.tolerated_by {
+                Some(i) => {
+                    let _ = writeln!(
+                        out,
+                        "  {}{since}\n      tolerated by #{i}: {}",
+                        t.taint,
+                        self.tolerations
+                            .get(i - 1)
+                            .map_or("", |l| l.toleration.as_str())
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  {}{since}\n      NOT TOLERATED by any toleration",
+                        t.taint
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out, "Tolerations ({}):", self.tolerations.len());
+        for (i, t) in self.tolerations.iter().enumerate() {
+            let note = if t.used_for.is_empty() {
+                "matches no NoExecute taint on the node (or an earlier toleration does)".to_string()
+            } else {
+                format!("used for {}", t.used_for.join(", "))
+            };
+            let _ = writeln!(out, "  #{} {}\n      {note}", i + 1, t.toleration);
+        }
+        let line = match decision.evicted_at {
+            Some(at) if at <= now => format!("evict now: {}", decision.reason),
             Some(at) => format!(
                 "evict at {} ({}): {}",
                 plan::timestamp(at),
                 plan::relative(at, now),
-                r.reason
+                decision.reason
             ),
-            None => format!("not evicted: {}", r.reason),
-        },
-        None => "not evicted: the node has no NoExecute taints".to_string(),
-    };
-    let _ = writeln!(out, "Decision: {decision}");
-    if no_execute
-        .iter()
-        .any(|t| t.time_added.is_some_and(|a| a < now))
-    {
-        let _ = writeln!(
-            out,
-            "(Countdowns of existing taints are estimated from their timeAdded; upstream's controller counts from when it first saw the taint.)"
-        );
+            None => format!("not evicted: {}", decision.reason),
+        };
+        let _ = writeln!(out, "Decision: {line}");
+        if self.estimated {
+            let _ = writeln!(
+                out,
+                "(Countdowns of existing taints are estimated from their timeAdded; upstream's controller counts from when it first saw the taint.)"
+            );
+        }
+        out
     }
-    Ok(out)
 }

@@ -30,18 +30,40 @@ pub enum InputError {
 }
 
 /// How user-supplied YAML is read: streamed (serde-saphyr decodes straight into the target
-/// types from the parser's events, never a whole document's worth of them), and with its size
-/// limits lifted so that a 150,000-pod snapshot or scenario is read; the limits on nesting,
-/// anchors and aliases (billion-laughs documents) stay.
-pub fn yaml_options() -> serde_saphyr::Options {
+/// types from the parser's events, never a whole document's worth of them), as serde_yaml
+/// read it before (a blank or `~` string value is that text, booleans are only `true` and
+/// `false`; a blank list or map is empty, with [`or_default`] on the field), and with the size
+/// limits lifted so that a 150,000-pod snapshot or scenario is read. Anchors and aliases may
+/// be used freely up to 20 replayed events a byte of input (`input_len`; a million at least),
+/// which keeps a billion-laughs document from expanding without bound; nesting stays limited
+/// to 64 levels.
+pub fn yaml_options(input_len: u64) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_reader_input_bytes = None;
     budget.max_events = usize::MAX;
     budget.max_nodes = usize::MAX;
     budget.max_total_scalar_bytes = usize::MAX;
+    budget.max_aliases = usize::MAX;
+    budget.max_anchors = usize::MAX;
+    budget.enforce_alias_anchor_ratio = false;
+    let replay = usize::try_from(input_len.saturating_mul(20)).unwrap_or(usize::MAX);
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    options.alias_limits.max_total_replayed_events = replay.max(1_000_000);
+    options.alias_limits.max_alias_expansions_per_anchor = usize::MAX;
+    options.null_as_string = true;
+    options.strict_booleans = true;
     options
+}
+
+/// For `#[serde(default, deserialize_with = "…")]` lists and maps: a blank (null) value is
+/// the empty one, as YAML users write `tolerations:` with nothing after it.
+pub fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
 }
 
 /// Line, column and message of a YAML error, followed by the source lines it points at (as
@@ -52,7 +74,8 @@ pub fn yaml_error(e: &serde_saphyr::Error) -> (usize, usize, String) {
     let (line, column) = plain
         .location()
         .map_or((0, 0), |l| (l.line() as usize, l.column() as usize));
-    let mut message = strip_position(plain.to_string());
+    // The library's own message carries no position of its own.
+    let mut message = plain.to_string();
     let drawn = e.to_string();
     if let Some((_, snippet)) = drawn
         .split_once('\n')

@@ -148,7 +148,7 @@ pub struct PolicyArgs {
 struct PolicyFile {
     deadline_from: Option<DeadlineFrom>,
     max_clock_skew: Option<Offset>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     exclude_namespaces: Vec<String>,
     exclude_selector: Option<String>,
     skip_terminal_pods: Option<bool>,
@@ -300,13 +300,14 @@ fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    serde_saphyr::from_str_with_options(&text, crate::input::yaml_options()).map_err(|e| {
-        let (line, column, message) = crate::input::yaml_error(&e);
-        PolicyError::File {
-            path: path.to_path_buf(),
-            message: format!("{line}:{column}: {message}"),
-        }
-    })
+    serde_saphyr::from_str_with_options(&text, crate::input::yaml_options(text.len() as u64))
+        .map_err(|e| {
+            let (line, column, message) = crate::input::yaml_error(&e);
+            PolicyError::File {
+                path: path.to_path_buf(),
+                message: format!("{line}:{column}: {message}"),
+            }
+        })
 }
 
 impl Policy {
@@ -343,6 +344,7 @@ impl Policy {
             stale_cache_guard: self.stale_cache_guard,
             backoff: noexecute_engine::pipeline::Backoff::default(),
             seed,
+            tick_batch: noexecute_engine::pipeline::TICK_BATCH,
         }
     }
 
@@ -469,6 +471,18 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("unknown field `dryrun`"), "{err}");
+        // A list left blank is empty, as serde_yaml read it; `off` is no boolean.
+        std::fs::write(&file, "excludeNamespaces:\ndryRun: false\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let p = args.resolve().unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.excludes("monitoring", None) && !p.excludes("kube-system", None));
+        std::fs::write(&file, "dryRun: off\n").unwrap_or_else(|e| panic!("{e}"));
+        let err = args
+            .resolve()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("p.yaml: 1:"), "{err}");
     }
 
     #[test]

@@ -155,9 +155,9 @@ pub struct TolerationSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeSpec {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     pub labels: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     pub taints: Vec<TaintSpec>,
 }
 
@@ -172,11 +172,11 @@ pub struct PodSpec {
     #[serde(default = "default_namespace")]
     pub namespace: String,
     /// Pod labels (only exclusion selectors read them).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub node_name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     pub tolerations: Vec<TolerationSpec>,
 }
 
@@ -223,7 +223,7 @@ pub struct RemoveTaint {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SetTaints {
     pub node: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     pub taints: Vec<TaintSpec>,
 }
 
@@ -298,11 +298,11 @@ pub struct Event {
 struct RawScenario {
     #[serde(default)]
     until: Option<Offset>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     nodes: Vec<NodeSpec>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     pods: Vec<PodSpec>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::input::or_default")]
     events: Vec<RawEvent>,
 }
 
@@ -343,11 +343,14 @@ impl Scenario {
                 Err(e) if e.classify() == serde_json::error::Category::Data => {
                     return Err(syntax(crate::input::json_error(&e)));
                 }
-                Err(_) => serde_saphyr::from_str_with_options(text, crate::input::yaml_options())
-                    .map_err(|e| syntax(crate::input::yaml_error(&e)))?,
+                Err(_) => serde_saphyr::from_str_with_options(
+                    text,
+                    crate::input::yaml_options(text.len() as u64),
+                )
+                .map_err(|e| syntax(crate::input::yaml_error(&e)))?,
             }
         } else {
-            serde_saphyr::from_str_with_options(text, crate::input::yaml_options())
+            serde_saphyr::from_str_with_options(text, crate::input::yaml_options(text.len() as u64))
                 .map_err(|e| syntax(crate::input::yaml_error(&e)))?
         };
         let invalid = |field: String, message: String| crate::input::InputError::Invalid {
@@ -647,6 +650,51 @@ mod tests {
         let s = s.unwrap_or_else(|e| panic!("{e}"));
         let order: Vec<usize> = s.events.iter().map(|e| e.index).collect();
         assert_eq!(order, vec![1, 2, 0]);
+    }
+
+    /// As serde_yaml read them: blank lists and maps are empty, a blank or `~` string is that
+    /// text, `off` is no boolean, and an anchor may be used by any number of pods.
+    #[test]
+    fn blank_values_anchors_and_strict_booleans() {
+        let s = parse(
+            "nodes:\n  - name: n\n    labels:\n    taints:\n      - {key: k, value: ~, effect: NoExecute}\npods:\n  - name: p\n    nodeName: n\n    tolerations:\n      - key: k\n        value:\n        operator: Equal\nevents:\n  # none yet\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.nodes[0].labels.is_empty() && s.events.is_empty());
+        assert_eq!(s.nodes[0].taints[0].value, "~");
+        assert_eq!(s.pods[0].tolerations[0].value, "");
+        let mut text = String::from(
+            "nodes: [{name: n}]\npods:\n  - {name: p0, nodeName: n, tolerations: &t [{operator: Exists}]}\n",
+        );
+        for i in 1..500 {
+            text.push_str(&format!("  - {{name: p{i}, nodeName: n, tolerations: *t}}\n"));
+        }
+        let s = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.pods.len(), 500);
+        assert!(s.pods.iter().all(|p| p.tolerations.len() == 1));
+        let err = parse("nodes: [{name: n}]\nevents: [{at: 1s, releaseBrake: {node: n, release: off}}]\n")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.starts_with("s.yaml:2:"), "{err}");
+    }
+
+    /// A document whose aliases would expand far beyond its size (here a list of 1,000
+    /// tolerations used by 2,000 pods: 120 KB for 2 million tolerations) is refused before it
+    /// is expanded, with the file and place.
+    #[test]
+    fn aliases_expanding_far_beyond_the_file_are_refused() {
+        let mut text = String::from("nodes: [{name: n}]\npods:\n  - {name: p0, nodeName: n, tolerations: &t [");
+        for i in 0..1000 {
+            text.push_str(&format!("{{key: k{i}, operator: Exists}}, "));
+        }
+        text.push_str("]}\n");
+        for i in 1..2000 {
+            text.push_str(&format!("  - {{name: p{i}, nodeName: n, tolerations: *t}}\n"));
+        }
+        let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.starts_with("s.yaml:"), "{err}");
+        assert!(err.contains("alias") || err.contains("replay"), "{err}");
     }
 
     #[test]

@@ -74,7 +74,10 @@ impl ClusterState {
                 let mut de = serde_json::Deserializer::from_reader(reader);
                 Loader::new(path, pod_labels).json(&mut de)
             }
-            _ => Loader::new(path, pod_labels).yaml_reader(reader),
+            _ => {
+                let size = reader.get_ref().metadata().map_or(0, |m| m.len());
+                Loader::new(path, pod_labels).yaml_reader(reader, size)
+            }
         }
     }
 
@@ -165,17 +168,17 @@ impl<'p> Loader<'p> {
     fn yaml_text(self, text: &str) -> Result<ClusterState, SnapshotError> {
         let decoded = serde_saphyr::with_deserializer_from_str_with_options(
             text,
-            crate::input::yaml_options(),
+            crate::input::yaml_options(text.len() as u64),
             |de| Document(&self).deserialize(de),
         );
         self.finish(decoded.map_err(|e| crate::input::yaml_error(&e)))
     }
 
-    /// YAML from a reader, item by item as JSON is.
-    fn yaml_reader(self, reader: impl Read) -> Result<ClusterState, SnapshotError> {
+    /// YAML from a reader of `size` bytes, item by item as JSON is.
+    fn yaml_reader(self, reader: impl Read, size: u64) -> Result<ClusterState, SnapshotError> {
         let decoded = serde_saphyr::with_deserializer_from_reader_with_options(
             reader,
-            crate::input::yaml_options(),
+            crate::input::yaml_options(size),
             |de| Document(&self).deserialize(de),
         );
         self.finish(decoded.map_err(|e| crate::input::yaml_error(&e)))

@@ -28,7 +28,7 @@ use super::foreign::{Finding, Guard};
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::{Hold, RateLimiter};
-use super::watch::{NodeEvent, PodEvent};
+use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watches};
 use crate::convert;
 
 /// The heartbeat's period: the loop turns at least this often.
@@ -124,18 +124,85 @@ impl Driver {
     fn marked(&mut self, pod: &crate::slim::SlimPod, marked_at: noexecute_engine::Time) {
         let uid = noexecute_engine::Uid::new(pod.metadata.uid.as_deref().unwrap_or_default());
         let finding = self.guard.marked(&uid, marked_at);
-        if finding == Finding::None {
-            return;
-        }
-        self.metrics.foreign_taint_evictions.inc();
         let name = format!(
             "{}/{}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default()
         );
+        let evidence = format!(
+            "pod {name} was marked for deletion by a taint (DisruptionTarget, DeletionByTaintManager) by someone other than this replica"
+        );
+        self.foreign(finding, &name, &evidence);
+    }
+
+    /// A taint eviction controller's Event: another's "Marking for deletion" about a pod on a
+    /// node this replica watches is a foreign eviction, even of a pod this replica is
+    /// evicting too. This replica's own Events carry its identity as the reporting instance.
+    fn taint_event(&mut self, event: TaintEvent) {
+        let (watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event else {
+            return;
+        };
+        let announces = e.reason.as_deref() == Some(TAINT_EVENT_REASON)
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Marking for deletion"));
+        if !announces || e.reporting_instance.as_deref() == Some(self.identity.as_str()) {
+            return;
+        }
+        let (Some(namespace), Some(name)) = (
+            e.involved_object.namespace.as_deref(),
+            e.involved_object.name.as_deref(),
+        ) else {
+            return;
+        };
+        let engine = self.pipeline.engine();
+        let Some(view) = engine.pod_view(namespace, name) else {
+            return;
+        };
+        let watched = view
+            .pod
+            .node
+            .as_deref()
+            .is_some_and(|n| engine.node_taints(n).is_some());
+        if !watched {
+            return;
+        }
+        let uid = view.pod.uid.clone();
+        let Some(at) = e
+            .last_timestamp
+            .as_ref()
+            .or(e.first_timestamp.as_ref())
+            .map(|t| t.0)
+            .or(e.event_time.as_ref().map(|t| t.0))
+        else {
+            return;
+        };
+        let at = noexecute_engine::Time::from_millis(at.as_millisecond());
+        let finding = self.guard.announced(&uid, at);
+        let who = match (
+            e.reporting_component
+                .as_deref()
+                .or(e.source.as_ref().and_then(|s| s.component.as_deref())),
+            e.reporting_instance.as_deref().filter(|i| !i.is_empty()),
+        ) {
+            (Some(component), Some(instance)) => format!("{component} ({instance})"),
+            (Some(component), None) => component.to_string(),
+            (None, _) => "another controller".to_string(),
+        };
+        let evidence = format!("{who} announced \"Marking for deletion Pod {namespace}/{name}\"");
+        let name = format!("{namespace}/{name}");
+        self.foreign(finding, &name, &evidence);
+    }
+
+    /// Count a foreign eviction, warn loudly the first time, and refuse if told to.
+    fn foreign(&mut self, finding: Finding, name: &str, evidence: &str) {
+        if finding == Finding::None {
+            return;
+        }
+        self.metrics.foreign_taint_evictions.inc();
         if finding == Finding::First {
             let message = format!(
-                "Another taint eviction controller is active: pod {name} was marked for deletion by a taint (DisruptionTarget, DeletionByTaintManager) by someone other than this replica. Turn kube-controller-manager's off with --controllers=*,-taint-eviction-controller{}",
+                "Another taint eviction controller is active: {evidence}. Turn kube-controller-manager's off with --controllers=*,-taint-eviction-controller{}",
                 if self.refuse_if_foreign {
                     "; --refuse-if-foreign: this replica has stopped evicting until it is restarted"
                 } else {
@@ -152,7 +219,7 @@ impl Driver {
                 },
             );
         } else {
-            tracing::debug!(pod = %name, "another taint eviction controller marked this pod");
+            tracing::debug!(pod = %name, "another taint eviction controller evicted this pod");
         }
         if self.refuse_if_foreign && !self.refusing {
             self.refusing = true;
@@ -167,17 +234,30 @@ impl Driver {
     /// ([`Executor::drain`]) before releasing the lease.
     pub async fn run(
         mut self,
-        mut node_rx: mpsc::Receiver<NodeEvent>,
-        mut pod_rx: mpsc::Receiver<PodEvent>,
+        watches: Watches,
         mut report_rx: mpsc::UnboundedReceiver<AttemptReport>,
         mut status_rx: mpsc::Receiver<super::admin::StatusRequest>,
         shutdown: CancellationToken,
     ) -> Stop {
+        let Watches {
+            nodes: mut node_rx,
+            pods: mut pod_rx,
+            taint_events: mut event_rx,
+        } = watches;
         let mut leadership = self.leadership.clone();
         let mut seen = leadership.current();
         self.set_leading(seen.leading);
         self.metrics.leader.set(i64::from(seen.leading));
         let stop = loop {
+            // Deadlines that are due go first, a batch a turn (`Pipeline::tick`), whatever
+            // waits in the channels: a stream of reports cannot hold them back.
+            if self
+                .pipeline
+                .next_wake()
+                .is_some_and(|due| due <= self.clock.now())
+            {
+                self.pipeline.tick(self.clock.now());
+            }
             self.carry_out();
             let now = self.clock.now();
             self.health.beat(std::time::Instant::now());
@@ -210,6 +290,8 @@ impl Driver {
                     Some(event) => self.pod_event(event),
                     None => break Stop::WatchesEnded,
                 },
+                // The guard's watch: its end stops nothing.
+                Some(event) = event_rx.recv() => self.taint_event(event),
                 Some(report) = report_rx.recv() => {
                     self.attempts.remove(&report.attempt);
                     let stale = report.result == AttemptResult::Stale;

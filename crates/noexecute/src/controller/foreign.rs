@@ -1,11 +1,17 @@
-//! The second-controller guard. Upstream's taint eviction controller marks a pod it evicts
-//! with the `DisruptionTarget` condition, reason `DeletionByTaintManager`, as noexecute does.
-//! If a pod on a node this replica watches gets that mark while this replica leads, and this
-//! replica started no eviction of that pod, someone else is evicting for taints: almost always
+//! The second-controller guard. Upstream's taint eviction controller announces each pod it
+//! evicts with an Event (reason `TaintManagerEviction`, "Marking for deletion Pod …") and
+//! marks the pod with the `DisruptionTarget` condition, reason `DeletionByTaintManager`, as
+//! noexecute does. Either sign, from someone else, about a pod on a node this replica watches,
+//! while it leads, means another taint eviction controller is active: almost always
 //! kube-controller-manager's own `taint-eviction-controller`, left on. Two controllers double
 //! the requests and undo every policy (the brake, exclusions, rate limits), so this is
-//! reported loudly, once, and counted every time; with `--refuse-if-foreign` the replica stops
-//! evicting until it is restarted.
+//! reported loudly, once, and counted for every pod; with `--refuse-if-foreign` the replica
+//! stops evicting until it is restarted.
+//!
+//! The Event is the sign that holds when both controllers race for the same pods: upstream
+//! sends it whenever it evicts, even when noexecute marked the pod first (upstream then
+//! deletes without marking). The condition catches a controller that sends no such Event, on
+//! pods noexecute did not start evicting itself.
 //!
 //! Pure bookkeeping: the driver feeds it and carries out what it returns.
 
@@ -60,15 +66,27 @@ impl Guard {
         self.seen.remove(uid);
     }
 
-    /// A pod update shows the taint-manager mark, set at `marked_at`.
+    /// A pod update shows the taint-manager mark, set at `marked_at`. A pod this replica
+    /// started evicting is taken to carry its own mark.
     pub fn marked(&mut self, uid: &Uid, marked_at: Time) -> Finding {
+        let ours = self.ours.contains(uid);
+        self.judge(uid, marked_at, ours)
+    }
+
+    /// Someone else's Event announced, at `at`, that it is evicting the pod for a taint. It
+    /// counts whether or not this replica is evicting the pod too.
+    pub fn announced(&mut self, uid: &Uid, at: Time) -> Finding {
+        self.judge(uid, at, false)
+    }
+
+    fn judge(&mut self, uid: &Uid, at: Time, ours: bool) -> Finding {
         let Some(since) = self.leading_since else {
             // Another replica's (or from before): never counted, even once we lead.
             self.seen.insert(uid.clone());
             return Finding::None;
         };
-        if self.ours.contains(uid)
-            || marked_at.as_millis() < since.as_millis() + HANDOVER_MS
+        if ours
+            || at.as_millis() < since.as_millis() + HANDOVER_MS
             || !self.seen.insert(uid.clone())
         {
             return Finding::None;
@@ -121,6 +139,17 @@ mod tests {
             g.marked(&b, t(10_000)),
             Finding::Again,
             "a new pod with the old uid"
+        );
+        // Another controller's Event about a pod this replica is evicting too: counted once.
+        let h = Uid::new("h");
+        g.started(&h);
+        assert_eq!(g.marked(&h, t(10_500)), Finding::None, "our own mark");
+        assert_eq!(g.announced(&h, t(10_500)), Finding::Again, "their Event");
+        assert_eq!(g.announced(&h, t(10_600)), Finding::None, "counted once");
+        assert_eq!(
+            g.announced(&Uid::new("i"), t(6_000)),
+            Finding::None,
+            "an Event from the handover"
         );
         g.set_leading(false, t(11_000));
         assert_eq!(

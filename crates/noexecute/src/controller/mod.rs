@@ -344,7 +344,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics.clone(),
         shutdown.clone(),
     );
-    let (node_rx, pod_rx) = watch::spawn(
+    let watches = watch::spawn(
         client,
         args.page_size,
         args.node_selector.as_deref(),
@@ -379,7 +379,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     });
 
     let stop = driver
-        .run(node_rx, pod_rx, report_rx, status_rx, shutdown.clone())
+        .run(watches, report_rx, status_rx, shutdown.clone())
         .await;
     let code = match stop {
         driver::Stop::Shutdown => 0,

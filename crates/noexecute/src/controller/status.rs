@@ -99,7 +99,9 @@ pub fn table(status: &Status, wide: bool, w: &mut impl Write) -> io::Result<()> 
         w,
         "{}: {}{}{}, {} pending eviction(s)",
         status.identity,
-        if status.leading {
+        if status.refusing {
+            "REFUSING (another taint eviction controller was seen; restart to clear)"
+        } else if status.leading {
             "leading"
         } else {
             "standing by"
