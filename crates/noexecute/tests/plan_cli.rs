@@ -159,6 +159,44 @@ fn explain_shows_matches_decision_and_deadline() {
     assert!(text.contains("Decision: evict now"), "{text}");
 }
 
+/// `-o json` and `-o yaml` give the same explanation as data.
+#[test]
+fn explain_as_json_and_yaml() {
+    let args = [
+        "explain",
+        "default/web-a-0",
+        "--snapshot",
+        SNAPSHOT,
+        "--taint",
+        "a-0=node.kubernetes.io/unreachable:NoExecute",
+    ];
+    let json = noexecute(&[&args[..], &["-o", "json"]].concat());
+    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["pod"], "default/web-a-0");
+    assert_eq!(json["node"], "a-0");
+    assert_eq!(json["noExecuteTaints"][0]["toleratedBy"], 2);
+    assert_eq!(
+        json["tolerations"][1]["usedFor"][0],
+        "node.kubernetes.io/unreachable:NoExecute"
+    );
+    assert_eq!(json["decision"]["action"], "evict");
+    assert_eq!(json["decision"]["inSeconds"], 300.0);
+    let yaml = noexecute(&[&args[..], &["-o", "yaml"]].concat());
+    assert!(yaml.status.success());
+    let yaml: serde_json::Value = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();
+    // Two runs, two clocks: the same decision, whatever the absolute time.
+    for field in ["action", "inSeconds", "reason"] {
+        assert_eq!(yaml["decision"][field], json["decision"][field], "{field}");
+    }
+    assert_eq!(yaml["tolerations"], json["tolerations"]);
+
+    let keep = noexecute(&["explain", "default/agent-b-1", "--snapshot", SNAPSHOT, "-o", "json"]);
+    let keep: serde_json::Value = serde_json::from_slice(&keep.stdout).unwrap();
+    assert_eq!(keep["decision"]["action"], "keep");
+    assert!(keep["decision"]["reason"].as_str().is_some_and(|r| r.starts_with("tolerates forever")));
+}
+
 fn fails(args: &[&str], expected: &str) {
     let out = noexecute(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
