@@ -667,15 +667,19 @@ mod tests {
             "nodes: [{name: n}]\npods:\n  - {name: p0, nodeName: n, tolerations: &t [{operator: Exists}]}\n",
         );
         for i in 1..500 {
-            text.push_str(&format!("  - {{name: p{i}, nodeName: n, tolerations: *t}}\n"));
+            text.push_str(&format!(
+                "  - {{name: p{i}, nodeName: n, tolerations: *t}}\n"
+            ));
         }
         let s = parse(&text).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.pods.len(), 500);
         assert!(s.pods.iter().all(|p| p.tolerations.len() == 1));
-        let err = parse("nodes: [{name: n}]\nevents: [{at: 1s, releaseBrake: {node: n, release: off}}]\n")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = parse(
+            "nodes: [{name: n}]\nevents: [{at: 1s, releaseBrake: {node: n, release: off}}]\n",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(err.starts_with("s.yaml:2:"), "{err}");
     }
 
@@ -684,15 +688,22 @@ mod tests {
     /// is expanded, with the file and place.
     #[test]
     fn aliases_expanding_far_beyond_the_file_are_refused() {
-        let mut text = String::from("nodes: [{name: n}]\npods:\n  - {name: p0, nodeName: n, tolerations: &t [");
+        let mut text = String::from(
+            "nodes: [{name: n}]\npods:\n  - {name: p0, nodeName: n, tolerations: &t [",
+        );
         for i in 0..1000 {
             text.push_str(&format!("{{key: k{i}, operator: Exists}}, "));
         }
         text.push_str("]}\n");
         for i in 1..2000 {
-            text.push_str(&format!("  - {{name: p{i}, nodeName: n, tolerations: *t}}\n"));
+            text.push_str(&format!(
+                "  - {{name: p{i}, nodeName: n, tolerations: *t}}\n"
+            ));
         }
-        let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = parse(&text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.starts_with("s.yaml:"), "{err}");
         assert!(err.contains("alias") || err.contains("replay"), "{err}");
     }

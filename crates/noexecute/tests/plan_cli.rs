@@ -171,7 +171,11 @@ fn explain_as_json_and_yaml() {
         "a-0=node.kubernetes.io/unreachable:NoExecute",
     ];
     let json = noexecute(&[&args[..], &["-o", "json"]].concat());
-    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(json["pod"], "default/web-a-0");
     assert_eq!(json["node"], "a-0");
@@ -191,10 +195,21 @@ fn explain_as_json_and_yaml() {
     }
     assert_eq!(yaml["tolerations"], json["tolerations"]);
 
-    let keep = noexecute(&["explain", "default/agent-b-1", "--snapshot", SNAPSHOT, "-o", "json"]);
+    let keep = noexecute(&[
+        "explain",
+        "default/agent-b-1",
+        "--snapshot",
+        SNAPSHOT,
+        "-o",
+        "json",
+    ]);
     let keep: serde_json::Value = serde_json::from_slice(&keep.stdout).unwrap();
     assert_eq!(keep["decision"]["action"], "keep");
-    assert!(keep["decision"]["reason"].as_str().is_some_and(|r| r.starts_with("tolerates forever")));
+    assert!(
+        keep["decision"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("tolerates forever"))
+    );
 }
 
 fn fails(args: &[&str], expected: &str) {
