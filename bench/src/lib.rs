@@ -68,6 +68,9 @@ pub struct Options {
     pub taint_spread: Duration,
     /// Extra flags for `noexecute run`.
     pub noexecute_args: Vec<String>,
+    /// Extra flags for kube-controller-manager (upstream's run), e.g.
+    /// `--kube-api-content-type=application/json`.
+    pub kcm_args: Vec<String>,
     /// The share of nodes that get the taint (1.0: all). Pods on the other nodes must not be
     /// evicted.
     pub taint_share: f64,
@@ -381,7 +384,11 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     let burst = format!("{}", opts.burst);
     let running = match which {
         Which::Upstream => {
-            let kcm_args = format!("--kube-api-qps={qps} --kube-api-burst={burst}");
+            let mut kcm_args = format!("--kube-api-qps={qps} --kube-api-burst={burst}");
+            for arg in &opts.kcm_args {
+                kcm_args.push(' ');
+                kcm_args.push_str(arg);
+            }
             Plane::up_with_env(
                 &plane.name,
                 &["taint-eviction-controller"],

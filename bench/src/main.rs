@@ -41,6 +41,10 @@ struct Args {
     /// An extra flag for `noexecute run` (repeatable), e.g. --noexecute-arg=--stale-cache-guard=false.
     #[arg(long = "noexecute-arg", allow_hyphen_values = true)]
     noexecute_args: Vec<String>,
+    /// An extra flag for kube-controller-manager (repeatable), e.g.
+    /// --kcm-arg=--kube-api-content-type=application/json.
+    #[arg(long = "kcm-arg", allow_hyphen_values = true)]
+    kcm_args: Vec<String>,
     /// Taint only this share of the nodes (0..=1, e.g. 0.1 at 5,000 nodes); pods on the others
     /// must not be evicted.
     #[arg(long, default_value_t = 1.0)]
@@ -71,6 +75,7 @@ async fn main() -> Result<()> {
         settle: Duration::from_secs(args.settle),
         taint_spread: Duration::from_secs_f64(args.taint_spread.max(0.0)),
         noexecute_args: args.noexecute_args.clone(),
+        kcm_args: args.kcm_args.clone(),
         taint_share: args.taint_share,
     };
     if let Some(only) = &args.only {

@@ -22,6 +22,7 @@ async fn both_controllers_evict_exactly_the_same_pods() -> anyhow::Result<()> {
         settle: Duration::from_secs(3),
         taint_spread: Duration::ZERO,
         noexecute_args: Vec::new(),
+        kcm_args: Vec::new(),
         taint_share: 0.5,
     };
     let upstream = run(Which::Upstream, &opts).await?;
