@@ -93,6 +93,8 @@ pub enum CancelReason {
     NodeChanged,
     /// A policy (exclusion, terminal-phase skip) now protects the pod.
     Excluded,
+    /// The node left this controller's view (it no longer matches `--node-selector`).
+    NodeLeft,
 }
 
 impl CancelReason {
@@ -106,6 +108,7 @@ impl CancelReason {
             CancelReason::PodReplaced => "pod replaced by a new pod with the same name",
             CancelReason::NodeChanged => "pod moved to another node",
             CancelReason::Excluded => "pod excluded by policy",
+            CancelReason::NodeLeft => "node no longer matches --node-selector",
         }
     }
 }

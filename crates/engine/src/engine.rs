@@ -146,6 +146,9 @@ struct Node {
     exists: bool,
     /// The node's `NoExecute` taints; `None` when it has none (upstream's `taintedNodes`).
     taints: Option<Arc<[Taint]>>,
+    /// The engine's count of taint changes when this node's taints last changed: a stamp an
+    /// in-flight attempt can compare to learn whether the cache moved under it.
+    version: u64,
     pods: Vec<PodId>,
 }
 
@@ -164,6 +167,8 @@ pub struct Engine {
     tolerations: Interner<[Toleration]>,
     queue: DeadlineQueue,
     next_eviction: u64,
+    /// Node taint changes observed so far (stamps [`Node::version`]).
+    taint_changes: u64,
     /// Nodes that exist, and those of them with `NoExecute` taints (for the brake).
     existing_nodes: usize,
     tainted_nodes: usize,
@@ -193,6 +198,7 @@ impl Engine {
             tolerations,
             queue: DeadlineQueue::new(),
             next_eviction: 1,
+            taint_changes: 0,
             existing_nodes: 0,
             tainted_nodes: 0,
         }
@@ -259,6 +265,10 @@ impl Engine {
             return;
         }
         let (existed, was_tainted) = (entry.exists, entry.taints.is_some());
+        self.taint_changes += 1;
+        let version = self.taint_changes;
+        let entry = self.node_mut(id);
+        entry.version = version;
         entry.exists = true;
         // The taints are recorded before the pods are looked at: upstream's ordering rule.
         entry.taints = if taints.is_empty() {
@@ -286,12 +296,40 @@ impl Engine {
         let Some(&id) = self.node_index.get(name) else {
             return;
         };
+        self.taint_changes += 1;
+        let version = self.taint_changes;
         let entry = self.node_mut(id);
         let (existed, was_tainted) = (entry.exists, entry.taints.is_some());
         entry.exists = false;
         entry.taints = None;
+        entry.version = version;
         self.count_node(existed, was_tainted, false, false);
         self.release_node_if_unused(id);
+    }
+
+    /// The node left this controller's view without being deleted (it no longer matches
+    /// `--node-selector`: another shard, or none, owns it now). Unlike a deletion, the pods
+    /// stay on a live node whose later taints this controller will never see, so no decision
+    /// made on its last taints may stand: every pending eviction of its pods is cancelled
+    /// (quietly: nothing about the pod changed) and the node is forgotten.
+    pub fn forget_node(&mut self, name: &str, out: &mut Vec<Action>) {
+        let Some(&id) = self.node_index.get(name) else {
+            return;
+        };
+        let count = self.node(id).pods.len();
+        for i in 0..count {
+            let pod = self.node(id).pods[i];
+            if let Some(eviction) = self.pod_mut(pod).eviction.take() {
+                self.queue.cancel(pod);
+                out.push(Action::Cancel {
+                    pod: self.pod_ref(pod),
+                    eviction: EvictionId(eviction.id),
+                    announce: false,
+                    reason: CancelReason::NodeLeft,
+                });
+            }
+        }
+        self.delete_node(name, Time::MIN, out);
     }
 
     // === Pods ===
@@ -385,12 +423,16 @@ impl Engine {
                 pod.terminating = true;
             }
             Outcome::Gone => pod.eviction = None,
-            Outcome::Stale => {
+            Outcome::Stale { cache_moved } => {
                 pod.eviction = None;
                 let immediate = self
                     .current_cause(id)
                     .is_none_or(|c| c.verdict.is_immediate());
-                if !immediate {
+                // A fresh read that contradicts a cache which has not moved since is newer than
+                // the cache: the watch has the change on its way, and its node update decides
+                // the pod again. A cache that moved after the attempt began may be the newer:
+                // decide on it now (an immediate verdict is re-read by the next attempt).
+                if !immediate || cache_moved {
                     self.evaluate(id, now, out);
                 }
             }
@@ -663,6 +705,12 @@ impl Engine {
         self.node(id).taints.as_deref()
     }
 
+    /// A stamp that changes whenever the node's taints (or existence) change as observed.
+    pub fn node_version(&self, name: &str) -> Option<u64> {
+        let id = *self.node_index.get(name)?;
+        Some(self.node(id).version)
+    }
+
     /// Whether an add or update of the node has been seen (and no delete since).
     pub fn node_exists(&self, name: &str) -> bool {
         self.node_index
@@ -815,6 +863,7 @@ impl Engine {
             name: name.clone(),
             exists: false,
             taints: None,
+            version: 0,
             pods: Vec::new(),
         };
         let id = match self.free_nodes.pop() {

@@ -168,8 +168,10 @@ pub enum Outcome {
     /// guard): the eviction is dropped and the pod is decided again on the taints the engine
     /// holds now. A delayed verdict is scheduled from now; an immediate one is left to the node
     /// update the watch has yet to deliver (it re-decides every pod of the node), so a lagging
-    /// watch cannot turn the guard into a loop.
-    Stale,
+    /// watch cannot turn the guard into a loop. With `cache_moved` (the node's taints changed
+    /// in the engine after the attempt began, so the read may be the older), the pod is
+    /// decided again on the engine's taints whatever the verdict.
+    Stale { cache_moved: bool },
     /// The attempt failed; try again at this time. The executor picks the time (backoff with
     /// jitter) so the engine stays deterministic.
     Failed { retry_at: Time },

@@ -182,12 +182,9 @@ impl<T> Pacer<T> {
 
     /// Evictions held only by the brake (their node is neither released nor cooling).
     pub fn held_by_brake(&self) -> usize {
-        if !self.braking {
-            return 0;
-        }
         self.queues
             .iter()
-            .filter(|(k, _)| !self.node_released(k))
+            .filter(|(k, _)| self.brake_holds(k.as_deref()))
             .map(|(_, q)| q.items.len())
             .sum()
     }
@@ -212,19 +209,9 @@ impl<T> Pacer<T> {
         self.config.brake.map_or(0.0, |b| b.threshold_percent)
     }
 
-    fn node_released(&self, key: &Key) -> bool {
-        if self.release_all {
-            return true;
-        }
-        match key {
-            Some(node) => self.released.contains(node),
-            None => false,
-        }
-    }
-
     /// Whether the brake lets this node's evictions start.
     fn node_open(&self, key: &Key) -> bool {
-        !self.braking || self.node_released(key)
+        !self.brake_holds(key.as_deref())
     }
 
     /// A due eviction of a pod on `node`; `deadline` orders it among the others.
@@ -340,6 +327,14 @@ impl<T> Pacer<T> {
     /// Whether a node's evictions are released while the brake holds.
     pub fn is_released(&self, node: &str) -> bool {
         self.release_all || self.released.contains(node)
+    }
+
+    /// The brake's one rule: whether it holds an eviction of a pod on `node` now (it is
+    /// engaged, and the node is not released). Everything that asks "may this start, as far
+    /// as the brake goes?" asks this: the pacer's own queues, the pipeline's queue and the
+    /// attempts that have not yet written, and what `/status` shows.
+    pub fn brake_holds(&self, node: Option<&str>) -> bool {
+        self.braking && !(self.release_all || node.is_some_and(|n| self.released.contains(n)))
     }
 
     /// The cluster's node counts: (nodes known, nodes with `NoExecute` taints). Returns the

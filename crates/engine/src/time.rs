@@ -46,6 +46,15 @@ impl Time {
         Time(self.0.saturating_add(seconds.saturating_mul(1000)))
     }
 
+    /// A wall-clock timestamp (a taint's `timeAdded`, an Event's time) on this clock, given
+    /// what the wall clock reads (`wall_now`) at this clock's `now`. The live controller's
+    /// clock runs on the monotonic clock from a wall-clock start, so the two drift apart when
+    /// the wall clock is stepped; taking the offset afresh each time follows every step.
+    pub fn from_wall(wall: Time, wall_now: Time, now: Time) -> Time {
+        let offset = wall_now.0.saturating_sub(now.0);
+        Time(wall.0.saturating_sub(offset))
+    }
+
     /// The time from `earlier` to `self`, or zero if `earlier` is later.
     pub fn since(self, earlier: Time) -> Duration {
         let ms = self.0.saturating_sub(earlier.0);
@@ -62,6 +71,23 @@ impl fmt::Display for Time {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hole 7: the wall-clock offset was frozen at start. The controller starts at wall time
+    /// 1,000 s; its monotonic clock then reads 1,600 s while the wall clock was stepped back by
+    /// an hour (an NTP correction). A taint added 10 minutes ago by the new wall clock must be
+    /// 10 minutes old on the controller's clock, not in the future.
+    #[test]
+    fn wall_timestamps_follow_a_clock_step() {
+        let now = Time::from_secs(1_600);
+        let wall_now = Time::from_secs(1_600 - 3_600);
+        let added = Time::from_secs(1_600 - 3_600 - 600);
+        assert_eq!(
+            Time::from_wall(added, wall_now, now),
+            Time::from_secs(1_000)
+        );
+        // Without a step the timestamp is unchanged.
+        assert_eq!(Time::from_wall(added, now, now), added);
+    }
 
     #[test]
     fn arithmetic_saturates() {

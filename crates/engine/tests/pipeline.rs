@@ -685,7 +685,7 @@ impl Harness {
             Want::Failed { refused } => {
                 return AttemptResult::Failed {
                     error: "injected".into(),
-                    refused: refused && a.finish == Finish::Evict,
+                    refused: refused && a.finish() == Finish::Evict,
                 };
             }
             _ => {}
@@ -699,7 +699,7 @@ impl Harness {
             Some(_) => {
                 let node = a.pod.node.as_deref().map(node_index);
                 if matches!(want, Want::Stale)
-                    && a.guard
+                    && a.guard().is_some()
                     && node.is_some_and(|n| self.nodes.contains_key(&n))
                 {
                     AttemptResult::Stale

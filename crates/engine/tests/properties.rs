@@ -388,7 +388,7 @@ impl Run {
                 p.terminating = true;
             }
             // This test's executor never reports `Stale` (tests/pipeline.rs covers it).
-            Outcome::Gone | Outcome::Stale => p.eviction = None,
+            Outcome::Gone | Outcome::Stale { .. } => p.eviction = None,
             Outcome::Failed { retry_at } => {
                 e.due = Some(retry_at);
             }

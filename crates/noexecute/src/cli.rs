@@ -202,6 +202,10 @@ pub struct StatusArgs {
     /// Only pods in this namespace.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// Show at most this many pending evictions, the earliest deadlines first (the controller
+    /// returns at most 5,000).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub limit: u32,
     #[arg(long, short, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }
@@ -308,8 +312,8 @@ async fn fetch_status(args: &StatusArgs) -> Result<crate::controller::status::St
     }
     let client = kube::Client::try_from(config).context("a client for the admin server")?;
     let path = match &args.namespace {
-        Some(ns) => format!("/status?namespace={ns}"),
-        None => "/status".into(),
+        Some(ns) => format!("/status?namespace={ns}&limit={}", args.limit),
+        None => format!("/status?limit={}", args.limit),
     };
     let request = axum::http::Request::get(path)
         .body(Vec::new())

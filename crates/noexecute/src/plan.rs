@@ -263,7 +263,7 @@ pub fn run(
             _ => break,
         }
     }
-    let engine = pipeline.engine();
+    let engine = &pipeline;
 
     let mut rows = Vec::new();
     let mut unaffected_pods = 0;

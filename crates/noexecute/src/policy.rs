@@ -345,6 +345,8 @@ impl Policy {
             backoff: noexecute_engine::pipeline::Backoff::default(),
             seed,
             tick_batch: noexecute_engine::pipeline::TICK_BATCH,
+            lease: None,
+            refuse_if_foreign: false,
         }
     }
 

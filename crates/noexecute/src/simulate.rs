@@ -348,7 +348,10 @@ impl Sim<'_> {
                 }
                 Effect::Cancel(_)
                 | Effect::PodEvent { .. }
-                | Effect::ControllerEvent(_)
+                | Effect::ControllerEvent { .. }
+                | Effect::Hold(_)
+                | Effect::TermExpired { .. }
+                | Effect::Foreign { .. }
                 | Effect::NodeRelease { .. }
                 | Effect::Unparked { .. }
                 | Effect::Synced { .. } => continue,
@@ -549,8 +552,7 @@ impl Sim<'_> {
         self.timeline.end = self.now;
         let mut pending: Vec<(String, Option<String>, Time)> = self
             .pipeline
-            .engine()
-            .pending()
+            .pending_pods()
             .map(|v| {
                 let deadline = v.eviction.map_or(self.now, |e| e.deadline);
                 (

@@ -516,7 +516,7 @@ async fn rate_limits_space_evictions_overall_and_per_node() -> Result<()> {
 #[tokio::test]
 async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify() -> Result<()> {
     use noexecute::controller::{clock, executor, lease, metrics, ratelimit};
-    use noexecute_engine::pipeline::{Attempt, AttemptId, AttemptResult, Finish};
+    use noexecute_engine::pipeline::{Attempt, AttemptId, AttemptResult, Finish, Plan, StaleGuard};
     use noexecute_engine::{EvictionId, PodRef, Time, Uid};
     let (plane, ns) = namespace("stale-guard").await?;
     let clean = ns.create_node("clean", vec![]).await?;
@@ -546,7 +546,6 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
         clock::Clock::new(),
         executor::ExecutorConfig {
             request_timeout: Duration::from_secs(10),
-            comparison_operators: false,
             node_read_ttl: Duration::from_secs(1),
         },
     );
@@ -562,12 +561,17 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
             due_at: Time::from_millis(0),
             generation: 0,
             cause: None,
-            two_requests: false,
-            guard: true,
-            finish: Finish::Delete,
-            fallback: false,
+            plan: Plan::ReadFirst {
+                guard: Some(StaleGuard::new(false)),
+                finish: Finish::Delete { fallback: false },
+            },
+            term: 1,
         };
-        exec.start(attempt, tokio_util::sync::CancellationToken::new());
+        let control = executor::Control::new(
+            tokio_util::sync::CancellationToken::new(),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        exec.start(attempt, control);
     }
     let mut outcomes = std::collections::BTreeMap::new();
     while outcomes.len() < 2 {

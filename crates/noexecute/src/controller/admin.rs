@@ -77,6 +77,8 @@ impl Health {
 /// A request for the controller loop's status (of one namespace's pods, or all).
 pub struct StatusRequest {
     pub namespace: Option<String>,
+    /// At most this many rows (the earliest deadlines).
+    pub limit: usize,
     pub reply: oneshot::Sender<super::status::Status>,
 }
 
@@ -126,18 +128,42 @@ async fn guard(State(state): State<Arc<AdminState>>, request: Request, next: Nex
     next.run(request).await
 }
 
-/// `/status[?namespace=NS]`. A few requests wait at a time; more get 503 rather than queue
-/// up work for the controller loop.
+/// Rows `/status` returns unless `?limit=` says otherwise, and the most it ever returns: the
+/// controller loop formats no more than this, however many evictions are pending.
+pub const STATUS_LIMIT: usize = 500;
+pub const STATUS_LIMIT_MAX: usize = 5_000;
+
+/// `/status[?namespace=NS][&limit=N]`. A few requests wait at a time; more get 503 rather than
+/// queue up work for the controller loop.
 async fn status(State(state): State<Arc<AdminState>>, request: Request) -> Response {
-    let namespace = request.uri().query().and_then(|q| {
-        q.split('&')
+    let query = request.uri().query().unwrap_or_default().to_string();
+    drop(request);
+    let param = |name: &str| {
+        query
+            .split('&')
             .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == "namespace")
+            .find(|(k, _)| *k == name)
             .map(|(_, v)| v.to_string())
             .filter(|v| !v.is_empty())
-    });
+    };
+    let namespace = param("namespace");
+    let limit = match param("limit").map(|l| l.parse::<usize>()) {
+        None => STATUS_LIMIT,
+        Some(Ok(n)) if n > 0 => n.min(STATUS_LIMIT_MAX),
+        Some(_) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "limit must be a positive whole number\n",
+            )
+                .into_response();
+        }
+    };
     let (reply, answer) = oneshot::channel();
-    match state.status.try_send(StatusRequest { namespace, reply }) {
+    match state.status.try_send(StatusRequest {
+        namespace,
+        limit,
+        reply,
+    }) {
         Ok(()) => {}
         Err(mpsc::error::TrySendError::Full(_)) => {
             return (

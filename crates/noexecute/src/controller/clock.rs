@@ -29,6 +29,12 @@ impl Clock {
         self.start_wall.plus(elapsed)
     }
 
+    /// A wall-clock timestamp on this clock, by the wall clock's offset now: a step of the wall
+    /// clock after start is followed.
+    pub fn from_wall(&self, wall: Time) -> Time {
+        Time::from_wall(wall, crate::time::wall_clock(), self.now())
+    }
+
     /// The monotonic instant at which engine time `t` arrives.
     pub fn instant(&self, t: Time) -> Instant {
         let ms = (t.as_millis() - self.start_wall.as_millis()).max(0);

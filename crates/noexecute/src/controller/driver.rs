@@ -14,18 +14,18 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::watcher;
 use noexecute_engine::pace::BrakeChange;
 use noexecute_engine::pipeline::{
-    AttemptId, AttemptReport, AttemptResult, Effect, HeldBy, Watched,
+    AttemptId, AttemptReport, AttemptResult, Effect, ForeignSign, HeldBy, SignKind, Term, Watched,
 };
-use noexecute_engine::{Action, Pipeline};
+use noexecute_engine::{Action, Pipeline, Time};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::admin::Health;
 use super::clock::Clock;
 use super::events::EventSink;
-use super::executor::Executor;
-use super::foreign::{Finding, Guard};
-use super::lease::Leadership;
+use super::events::LEASE_ANNOTATION;
+use super::executor::{Control, Executor};
+use super::lease::{self, Leadership};
 use super::metrics::Metrics;
 use super::ratelimit::{Hold, RateLimiter};
 use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watches};
@@ -45,8 +45,8 @@ pub struct Driver {
     pub health: Arc<Health>,
     /// What the brake's events are about (the Lease).
     brake_object: ObjectReference,
-    /// The cancel of every attempt started and not yet reported.
-    attempts: HashMap<AttemptId, CancellationToken>,
+    /// The cancel and hold of every attempt started and not yet reported.
+    attempts: HashMap<AttemptId, (CancellationToken, CancellationToken)>,
     /// Held while evictions wait for an executor slot: events yield to them.
     limiter: Arc<RateLimiter>,
     backlog: Option<Hold>,
@@ -55,14 +55,8 @@ pub struct Driver {
     gauges_stale: bool,
     /// This replica's identity (for `/status`).
     identity: String,
-    /// The second-controller guard.
-    guard: Guard,
-    /// Stop evicting when another taint eviction controller is seen (`--refuse-if-foreign`).
-    refuse_if_foreign: bool,
-    /// Set once it has: evictions stay parked until a restart.
-    refusing: bool,
-    /// Whether the lease says this replica leads.
-    leading: bool,
+    /// `--node-selector`, to tell a node that left it from one deleted.
+    node_selector: Option<crate::selector::Selector>,
 }
 
 /// Why the loop stopped.
@@ -87,7 +81,7 @@ impl Driver {
         brake_object: ObjectReference,
         limiter: Arc<RateLimiter>,
         identity: String,
-        refuse_if_foreign: bool,
+        node_selector: Option<crate::selector::Selector>,
     ) -> Driver {
         Driver {
             pipeline,
@@ -105,39 +99,34 @@ impl Driver {
             gauges_at: None,
             gauges_stale: false,
             identity,
-            guard: Guard::default(),
-            refuse_if_foreign,
-            refusing: false,
-            leading: false,
+            node_selector,
         }
     }
 
-    /// Leadership as the lease and the guard allow it.
-    fn set_leading(&mut self, leading: bool) {
-        let now = self.clock.now();
-        self.leading = leading;
-        self.guard.set_leading(leading, now);
-        self.pipeline.set_leading(leading && !self.refusing, now);
+    /// Leadership as the lease has it, as a term with a deadline on the pipeline's clock.
+    fn set_term(&mut self, state: lease::Term) {
+        let term = state.leading.then(|| Term {
+            id: state.term,
+            until: state.until.map_or(Time::MAX, |u| self.clock.at(u)),
+        });
+        self.pipeline.set_term(term, self.clock.now());
     }
 
-    /// A pod update carries the taint-manager mark, set at `marked_at`.
-    fn marked(&mut self, pod: &crate::slim::SlimPod, marked_at: noexecute_engine::Time) {
-        let uid = noexecute_engine::Uid::new(pod.metadata.uid.as_deref().unwrap_or_default());
-        let finding = self.guard.marked(&uid, marked_at);
-        let name = format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
-        let evidence = format!(
-            "pod {name} was marked for deletion by a taint (DisruptionTarget, DeletionByTaintManager) by someone other than this replica"
-        );
-        self.foreign(finding, &name, &evidence);
+    /// A pod update carries the taint-manager mark, set at `marked_at` (wall clock).
+    fn marked(&mut self, pod: &crate::slim::SlimPod, marked_at: Time) {
+        let sign = ForeignSign {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            kind: SignKind::Mark,
+            at: self.clock.from_wall(marked_at),
+            lease: None,
+            writer: String::new(),
+        };
+        self.pipeline.foreign_sign(sign, self.clock.now());
     }
 
-    /// A taint eviction controller's Event: another's "Marking for deletion" about a pod on a
-    /// node this replica watches is a foreign eviction, even of a pod this replica is
-    /// evicting too. This replica's own Events carry its identity as the reporting instance.
+    /// A taint eviction controller's Event. Whether it is another's is the pipeline's to say:
+    /// noexecute's Events name their Lease, upstream's do not.
     fn taint_event(&mut self, event: TaintEvent) {
         let (watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event else {
             return;
@@ -146,28 +135,15 @@ impl Driver {
             && e.message
                 .as_deref()
                 .is_some_and(|m| m.starts_with("Marking for deletion"));
-        if !announces || e.reporting_instance.as_deref() == Some(self.identity.as_str()) {
+        if !announces {
             return;
         }
         let (Some(namespace), Some(name)) = (
-            e.involved_object.namespace.as_deref(),
-            e.involved_object.name.as_deref(),
+            e.involved_object.namespace.clone(),
+            e.involved_object.name.clone(),
         ) else {
             return;
         };
-        let engine = self.pipeline.engine();
-        let Some(view) = engine.pod_view(namespace, name) else {
-            return;
-        };
-        let watched = view
-            .pod
-            .node
-            .as_deref()
-            .is_some_and(|n| engine.node_taints(n).is_some());
-        if !watched {
-            return;
-        }
-        let uid = view.pod.uid.clone();
         let Some(at) = e
             .last_timestamp
             .as_ref()
@@ -177,9 +153,7 @@ impl Driver {
         else {
             return;
         };
-        let at = noexecute_engine::Time::from_millis(at.as_millisecond());
-        let finding = self.guard.announced(&uid, at);
-        let who = match (
+        let writer = match (
             e.reporting_component
                 .as_deref()
                 .or(e.source.as_ref().and_then(|s| s.component.as_deref())),
@@ -189,27 +163,44 @@ impl Driver {
             (Some(component), None) => component.to_string(),
             (None, _) => "another controller".to_string(),
         };
-        let evidence = format!("{who} announced \"Marking for deletion Pod {namespace}/{name}\"");
-        let name = format!("{namespace}/{name}");
-        self.foreign(finding, &name, &evidence);
+        let lease = e
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(LEASE_ANNOTATION))
+            .cloned();
+        let sign = ForeignSign {
+            namespace,
+            name,
+            kind: SignKind::Announcement,
+            at: self.clock.from_wall(Time::from_millis(at.as_millisecond())),
+            lease,
+            writer,
+        };
+        self.pipeline.foreign_sign(sign, self.clock.now());
     }
 
-    /// Count a foreign eviction, warn loudly the first time, and refuse if told to.
-    fn foreign(&mut self, finding: Finding, name: &str, evidence: &str) {
-        if finding == Finding::None {
+    /// Count a foreign eviction and warn loudly the first time.
+    fn foreign(&mut self, pod: &str, evidence: &str, first: bool, refusing: bool) {
+        self.metrics.foreign_taint_evictions.inc();
+        if refusing {
+            self.metrics.refusing.set(1);
+        }
+        if !first {
+            tracing::debug!(%pod, "another taint eviction controller evicted this pod");
             return;
         }
-        self.metrics.foreign_taint_evictions.inc();
-        if finding == Finding::First {
-            let message = format!(
-                "Another taint eviction controller is active: {evidence}. Turn kube-controller-manager's off with --controllers=*,-taint-eviction-controller{}",
-                if self.refuse_if_foreign {
-                    "; --refuse-if-foreign: this replica has stopped evicting until it is restarted"
-                } else {
-                    ""
-                }
-            );
-            tracing::error!(pod = %name, "{message}");
+        let message = format!(
+            "Another taint eviction controller is active: {evidence}. Turn kube-controller-manager's off with --controllers=*,-taint-eviction-controller{}",
+            if refusing {
+                "; --refuse-if-foreign: this replica has stopped evicting until it is restarted"
+            } else {
+                ""
+            }
+        );
+        tracing::error!(%pod, "{message}");
+        // Said while leading, in this term (a refusing replica still holds the Lease).
+        if let Some(term) = self.pipeline.term() {
             self.events.record_about(
                 self.brake_object.clone(),
                 noexecute_engine::action::UpstreamEvent {
@@ -217,15 +208,8 @@ impl Driver {
                     reason: "ForeignTaintEviction",
                     message,
                 },
+                term.id,
             );
-        } else {
-            tracing::debug!(pod = %name, "another taint eviction controller evicted this pod");
-        }
-        if self.refuse_if_foreign && !self.refusing {
-            self.refusing = true;
-            self.metrics.refusing.set(1);
-            let leading = self.leading;
-            self.set_leading(leading);
         }
     }
 
@@ -246,7 +230,7 @@ impl Driver {
         } = watches;
         let mut leadership = self.leadership.clone();
         let mut seen = leadership.current();
-        self.set_leading(seen.leading);
+        self.set_term(seen);
         self.metrics.leader.set(i64::from(seen.leading));
         let stop = loop {
             // Deadlines that are due go first, a batch a turn (`Pipeline::tick`), whatever
@@ -276,7 +260,7 @@ impl Driver {
                     let lost = state.lost_since(seen);
                     seen = state;
                     self.metrics.leader.set(i64::from(state.leading));
-                    self.set_leading(state.leading && !lost);
+                    self.set_term(state);
                     if lost {
                         break Stop::LostLeadership;
                     }
@@ -311,9 +295,8 @@ impl Driver {
                         let status = super::status::of(
                             &self.pipeline,
                             &self.identity,
-                            self.leading && !self.refusing,
-                            self.refusing,
                             request.namespace.as_deref(),
+                            request.limit,
                             self.clock.now(),
                         );
                         let _ = request.reply.send(status);
@@ -335,13 +318,26 @@ impl Driver {
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Nodes),
             watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
-                let obs = convert::node(&node);
+                let mut obs = convert::node(&node);
+                for taint in &mut obs.taints {
+                    taint.time_added = taint.time_added.map(|t| self.clock.from_wall(t));
+                }
                 let release = crate::policy::release_annotated(&node.metadata);
                 self.pipeline.upsert_node(&obs, release, now);
             }
             watcher::Event::Delete(node) => {
+                // A watch with a label selector says "deleted" too when a node stops matching
+                // it; the object it sends then no longer matches.
+                let left = self.node_selector.as_ref().is_some_and(|s| {
+                    !s.matches(node.metadata.labels.as_ref().unwrap_or(&Default::default()))
+                });
                 let name = node.metadata.name.unwrap_or_default();
-                self.pipeline.delete_node(&name, now);
+                if left {
+                    tracing::info!(node = %name, "node no longer matches --node-selector: its pods' evictions are another's now");
+                    self.pipeline.node_left(&name, now);
+                } else {
+                    self.pipeline.delete_node(&name, now);
+                }
             }
             watcher::Event::InitDone => self.pipeline.listing_done(Watched::Nodes, now),
         }
@@ -352,20 +348,12 @@ impl Driver {
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Pods),
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
-                // Only pods on nodes this replica watches (and so knows the taints of).
-                let watched = pod
-                    .spec
-                    .node_name
-                    .as_deref()
-                    .is_some_and(|n| self.pipeline.engine().node_taints(n).is_some());
-                if watched
-                    && let Some(at) = pod
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.taint_disruption.as_ref())
+                if let Some(at) = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.taint_disruption.as_ref())
                 {
-                    let at = noexecute_engine::Time::from_millis(at.0.as_millisecond());
-                    self.marked(&pod, at);
+                    self.marked(&pod, Time::from_millis(at.0.as_millisecond()));
                 }
                 let mut obs = convert::pod(&pod);
                 obs.excluded = self
@@ -375,7 +363,6 @@ impl Driver {
             }
             watcher::Event::Delete(pod) => {
                 let obs = convert::pod(&pod);
-                self.guard.forget(&obs.uid);
                 self.pipeline
                     .delete_pod(&obs.namespace, &obs.name, Some(&obs.uid), now);
             }
@@ -400,7 +387,7 @@ impl Driver {
             .store(self.pipeline.synced(), std::sync::atomic::Ordering::Relaxed);
         self.metrics
             .scheduled_evictions
-            .set(self.pipeline.engine().queued_count() as i64);
+            .set(self.pipeline.scheduled() as i64);
         self.metrics
             .paced_evictions
             .set(self.pipeline.paced() as i64);
@@ -425,25 +412,47 @@ impl Driver {
     fn effect(&mut self, effect: Effect) {
         match effect {
             Effect::Start(attempt) => {
-                self.guard.started(&attempt.pod.uid);
-                let cancel = CancellationToken::new();
-                self.attempts.insert(attempt.id, cancel.clone());
-                self.executor.start(attempt, cancel);
+                let (cancel, hold) = (CancellationToken::new(), CancellationToken::new());
+                self.attempts
+                    .insert(attempt.id, (cancel.clone(), hold.clone()));
+                self.executor.start(attempt, Control::new(cancel, hold));
             }
             Effect::Cancel(id) => {
-                if let Some(cancel) = self.attempts.get(&id) {
+                if let Some((cancel, _)) = self.attempts.get(&id) {
                     cancel.cancel();
                 }
             }
-            Effect::PodEvent { pod, mut event } => {
+            Effect::Hold(id) => {
+                if let Some((_, hold)) = self.attempts.get(&id) {
+                    hold.cancel();
+                }
+            }
+            Effect::PodEvent {
+                pod,
+                mut event,
+                term,
+            } => {
                 if self.policy.dry_run {
                     event.message = format!("[dry-run] {}", event.message);
                 }
-                self.events.record(&pod, event);
+                self.events.record(&pod, event, term);
             }
-            Effect::ControllerEvent(event) => {
-                self.events.record_about(self.brake_object.clone(), event);
+            Effect::ControllerEvent { event, term } => {
+                self.events
+                    .record_about(self.brake_object.clone(), event, term);
             }
+            Effect::TermExpired { term } => {
+                tracing::warn!(
+                    term,
+                    "the term of leadership passed its deadline unrenewed: stopped acting"
+                );
+            }
+            Effect::Foreign {
+                pod,
+                evidence,
+                first,
+                refusing,
+            } => self.foreign(&pod, &evidence, first, refusing),
             Effect::Decided(action) => log_decision(&action),
             Effect::Held { pod, by, .. } => match by {
                 HeldBy::Brake { tainted, nodes } => {
@@ -493,11 +502,7 @@ impl Driver {
             }
             Effect::Synced { nodes, removed } => {
                 let what = if nodes { "nodes" } else { "pods" };
-                tracing::info!(
-                    removed,
-                    pods = self.pipeline.engine().pod_count(),
-                    "{what} synced"
-                );
+                tracing::info!(removed, pods = self.pipeline.pod_count(), "{what} synced");
             }
         }
     }

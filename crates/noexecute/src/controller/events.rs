@@ -6,8 +6,13 @@
 //! for the shared rate limiter, and a repeat of the same event for the same pod within ten
 //! minutes increments the existing Event's count instead of creating a new one (client-go's
 //! correlation).
+//!
+//! **Fenced.** Every event is recorded in a term of leadership and written only while that
+//! term lasts ([`Leadership::may_write`]): an old leader's queue never reaches the API server
+//! after a standby took over. Each Event names our Lease (annotation [`LEASE_ANNOTATION`]), so
+//! the second-controller guard of any replica of ours knows it for ours.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +25,7 @@ use noexecute_engine::action::UpstreamEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
 
@@ -28,10 +34,16 @@ const QUEUE: usize = 1000;
 const CORRELATION_WINDOW: Duration = Duration::from_secs(600);
 const CORRELATION_ENTRIES: usize = 16_384;
 
+/// The annotation on our Events that names the Lease (`namespace/name`) of the controller that
+/// wrote them.
+pub const LEASE_ANNOTATION: &str = "noexecute.io/lease";
+
 struct Request {
     /// The object the event is about; its namespace is the event's.
     object: ObjectReference,
     event: UpstreamEvent,
+    /// The term of leadership it belongs to.
+    term: u64,
 }
 
 #[derive(Clone)]
@@ -41,8 +53,8 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    /// Queue an event; never blocks the controller loop.
-    pub fn record(&self, pod: &PodRef, event: UpstreamEvent) {
+    /// Queue an event of term `term`; never blocks the controller loop.
+    pub fn record(&self, pod: &PodRef, event: UpstreamEvent, term: u64) {
         let object = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
@@ -50,22 +62,29 @@ impl EventSink {
             namespace: Some(pod.namespace.to_string()),
             ..Default::default()
         };
-        self.record_about(object, event);
+        self.record_about(object, event, term);
     }
 
-    /// Queue an event about any object (it must have a namespace).
-    pub fn record_about(&self, object: ObjectReference, event: UpstreamEvent) {
-        let request = Request { object, event };
+    /// Queue an event of term `term` about any object (it must have a namespace).
+    pub fn record_about(&self, object: ObjectReference, event: UpstreamEvent, term: u64) {
+        let request = Request {
+            object,
+            event,
+            term,
+        };
         if self.tx.try_send(request).is_err() {
             self.metrics.events_dropped.inc();
         }
     }
 
     /// Start the sending task. It stops when `shutdown` fires and the queue is empty.
+    #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         client: Client,
         component: String,
         instance: String,
+        lease: String,
+        leadership: Leadership,
         limiter: Arc<RateLimiter>,
         metrics: Metrics,
         shutdown: CancellationToken,
@@ -79,9 +98,12 @@ impl EventSink {
             client,
             component,
             instance,
+            lease,
+            leadership,
             limiter,
             metrics,
             seen: HashMap::new(),
+            order: VecDeque::new(),
         };
         let task = tokio::spawn(sender.run(rx, shutdown));
         (sink, task)
@@ -94,14 +116,22 @@ struct Seen {
     at: Instant,
 }
 
+type Key = (String, String, String, String);
+
 struct Sender {
     client: Client,
     component: String,
     instance: String,
+    lease: String,
+    leadership: Leadership,
     limiter: Arc<RateLimiter>,
     metrics: Metrics,
     /// (namespace, pod, reason, message) → the Event we wrote.
-    seen: HashMap<(String, String, String, String), Seen>,
+    seen: HashMap<Key, Seen>,
+    /// The keys of `seen` by when they were last used, oldest first (a key used again is
+    /// pushed again; the stale copy is skipped when it reaches the front). Expiry pops the
+    /// front: no rescan of the map, whatever its size.
+    order: VecDeque<(Instant, Key)>,
 }
 
 impl Sender {
@@ -124,12 +154,29 @@ impl Sender {
         }
     }
 
+    /// Forget correlations older than the window, and the oldest beyond the bound.
+    fn expire(&mut self, now: Instant) {
+        while let Some((at, key)) = self.order.front() {
+            let old = now.duration_since(*at) >= CORRELATION_WINDOW;
+            if !old && self.seen.len() <= CORRELATION_ENTRIES {
+                break;
+            }
+            // Only the newest use of a key removes it.
+            if self.seen.get(key).is_some_and(|s| s.at == *at) {
+                self.seen.remove(key);
+            }
+            self.order.pop_front();
+        }
+    }
+
+    fn remember(&mut self, key: Key, seen: Seen) {
+        self.order.push_back((seen.at, key.clone()));
+        self.seen.insert(key, seen);
+    }
+
     async fn send(&mut self, r: Request) {
         let now = Instant::now();
-        if self.seen.len() > CORRELATION_ENTRIES {
-            self.seen
-                .retain(|_, s| now.duration_since(s.at) < CORRELATION_WINDOW);
-        }
+        self.expire(now);
         let namespace = r.object.namespace.clone().unwrap_or_default();
         let object_name = r.object.name.clone().unwrap_or_default();
         let key = (
@@ -140,6 +187,15 @@ impl Sender {
         );
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         self.limiter.acquire_background().await;
+        // The fence, after the wait: a term that ended meanwhile writes nothing.
+        if !self.leadership.may_write(r.term) {
+            self.metrics.events_fenced.inc();
+            tracing::debug!(
+                reason = r.event.reason,
+                "event dropped: its term of leadership is over"
+            );
+            return;
+        }
         let stamp = k8s_openapi::jiff::Timestamp::now();
         if let Some(seen) = self
             .seen
@@ -148,12 +204,15 @@ impl Sender {
         {
             seen.count += 1;
             seen.at = now;
+            let name = seen.name.clone();
+            let count = seen.count;
+            self.order.push_back((now, key));
             let patch = serde_json::json!({
-                "count": seen.count,
+                "count": count,
                 "lastTimestamp": K8sTime(stamp),
             });
             if let Err(e) = api
-                .patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
                 self.metrics.api_error("patch");
@@ -170,6 +229,11 @@ impl Sender {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(namespace),
+                annotations: Some(
+                    [(LEASE_ANNOTATION.to_string(), self.lease.clone())]
+                        .into_iter()
+                        .collect(),
+                ),
                 ..Default::default()
             },
             involved_object: r.object,
@@ -190,7 +254,7 @@ impl Sender {
         };
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => {
-                self.seen.insert(
+                self.remember(
                     key,
                     Seen {
                         name,

@@ -17,12 +17,14 @@
 //! with a UID precondition, or POST an Eviction (whose refusals count towards
 //! `--pdb-timeout`), or, in a dry run, stop.
 //!
-//! **Cancellation.** Each attempt has a token; the driver cancels it when the pipeline says so.
-//! Before every request the attempt waits for the shared client-side rate limiter (or the
-//! cancel, which gives the token back), then checks the cancel again and, before a mutating
-//! request, the leadership fence. A cancelled attempt sends nothing more and reports
-//! `Cancelled`. Every request is bounded by a timeout. kube's built-in retries are off, so
-//! every request is ours and counted.
+//! **Stopping.** Each attempt has two tokens the driver fires when the pipeline says so:
+//! *cancel* (send nothing more) and *hold* (the brake: send nothing if nothing was written
+//! yet). Before every request the attempt waits for the shared client-side rate limiter (or
+//! the cancel, which gives the token back), then checks the cancel again and, before a
+//! mutating request, the hold (until its first write) and the leadership fence for the
+//! attempt's own term ([`Leadership::may_write`]: that term, before its deadline). A stopped
+//! attempt reports `Cancelled`. Every request is bounded by a timeout. kube's built-in retries
+//! are off, so every request is ours and counted.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,7 +32,9 @@ use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
-use noexecute_engine::pipeline::{Attempt, AttemptReport, AttemptResult, Finish, GoneReason};
+use noexecute_engine::pipeline::{
+    Attempt, AttemptReport, AttemptResult, Finish, GoneReason, Plan, StaleGuard,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -50,8 +54,6 @@ pub const CONDITION_MESSAGE: &str = "Taint manager: deleting due to NoExecute ta
 pub struct ExecutorConfig {
     /// Bound on every request (within the lease's fence when electing a leader).
     pub request_timeout: Duration,
-    /// For the stale-cache guard's own verdict.
-    pub comparison_operators: bool,
     /// How long the guard's node reads are shared by the pods of one node.
     pub node_read_ttl: Duration,
 }
@@ -70,6 +72,25 @@ pub struct Executor {
     config: ExecutorConfig,
     node_reads: Arc<NodeReads>,
     tasks: TaskTracker,
+}
+
+/// How the driver stops an attempt, and what the attempt has done so far.
+pub struct Control {
+    /// Send nothing more.
+    pub cancel: CancellationToken,
+    /// The brake holds it: send nothing if nothing was written yet.
+    pub hold: CancellationToken,
+    wrote: std::sync::atomic::AtomicBool,
+}
+
+impl Control {
+    pub fn new(cancel: CancellationToken, hold: CancellationToken) -> Control {
+        Control {
+            cancel,
+            hold,
+            wrote: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
 }
 
 /// Why a request was not answered.
@@ -133,10 +154,10 @@ impl Executor {
 
     /// Carry out an attempt; its report arrives on the reports channel. The pipeline bounds how
     /// many run at once, so one task each is cheap.
-    pub fn start(&self, attempt: Attempt, cancel: CancellationToken) {
+    pub fn start(&self, attempt: Attempt, control: Control) {
         let this = self.clone();
         self.tasks.spawn(async move {
-            let result = this.attempt(&attempt, &cancel).await;
+            let result = this.attempt(&attempt, &control).await;
             this.record(&attempt, &result);
             let _ = this.reports.send(AttemptReport {
                 attempt: attempt.id,
@@ -155,7 +176,7 @@ impl Executor {
     fn record(&self, a: &Attempt, result: &AttemptResult) {
         match result {
             AttemptResult::Evicted => {
-                if a.fallback {
+                if a.fallback() {
                     self.metrics.pdb_timeouts.inc();
                 }
                 self.metrics.pod_deletions.inc();
@@ -185,19 +206,26 @@ impl Executor {
     }
 
     /// Wait for the rate limiter (or the cancel), check the cancel and, for a mutating
-    /// request, the leadership fence, then run `request` within the timeout.
+    /// request, the hold (before the first write) and the fence of the attempt's term, then
+    /// run `request` within the timeout.
     async fn call<T>(
         &self,
         verb: &'static str,
-        cancel: &CancellationToken,
+        a: &Attempt,
+        control: &Control,
         request: impl std::future::Future<Output = kube::Result<T>>,
     ) -> Result<T, CallError> {
-        if !self.limiter.acquire_unless(cancel).await {
+        use std::sync::atomic::Ordering;
+        if !self.limiter.acquire_unless(&control.cancel).await || control.cancel.is_cancelled() {
             return Err(CallError::Stopped);
         }
         let mutating = verb != "get";
-        if mutating && !self.leadership.is_leading() {
-            return Err(CallError::Stopped);
+        if mutating {
+            let first = !control.wrote.load(Ordering::Relaxed);
+            if (first && control.hold.is_cancelled()) || !self.leadership.may_write(a.term) {
+                return Err(CallError::Stopped);
+            }
+            control.wrote.store(true, Ordering::Relaxed);
         }
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
@@ -226,14 +254,15 @@ impl Executor {
         Api::namespaced_with(self.client.clone(), namespace, &crate::slim::pod_resource())
     }
 
-    async fn attempt(&self, a: &Attempt, cancel: &CancellationToken) -> AttemptResult {
+    async fn attempt(&self, a: &Attempt, control: &Control) -> AttemptResult {
         let api = self.pods(&a.pod.namespace);
         let uid = a.pod.uid.to_string();
-        if a.two_requests {
-            return self.patch_then_delete(&api, a, &uid, cancel).await;
-        }
+        let (guard, finish) = match &a.plan {
+            Plan::PatchThenDelete => return self.patch_then_delete(&api, a, &uid, control).await,
+            Plan::ReadFirst { guard, finish } => (*guard, *finish),
+        };
         let name: &str = &a.pod.name;
-        let pod = match self.call("get", cancel, api.get(name)).await {
+        let pod = match self.call("get", a, control, api.get(name)).await {
             Ok(p) => p,
             Err(CallError::Status(404, _)) => return AttemptResult::Gone(GoneReason::NotFound),
             Err(e) => return failed("get", e),
@@ -244,27 +273,27 @@ impl Executor {
         if pod.metadata.deletion_timestamp.is_some() {
             return AttemptResult::Gone(GoneReason::Terminating);
         }
-        if a.guard {
-            match self.confirm(a, &pod, cancel).await {
+        if let Some(guard) = guard {
+            match self.confirm(a, &pod, guard, control).await {
                 Ok(true) => {}
                 Ok(false) => return AttemptResult::Stale,
                 Err(e) => return failed("stale-cache guard", e),
             }
         }
-        match a.finish {
+        match finish {
             Finish::Nothing => {
-                if cancel.is_cancelled() {
+                if control.cancel.is_cancelled() {
                     AttemptResult::Cancelled
                 } else {
                     AttemptResult::WouldEvict
                 }
             }
-            Finish::Evict => self.evict(a, &uid, cancel).await,
-            Finish::Delete => {
-                if a.fallback {
+            Finish::Evict => self.evict(a, &uid, control).await,
+            Finish::Delete { fallback } => {
+                if fallback {
                     tracing::warn!(pod = %a.pod, "the Eviction API refused this eviction for longer than --pdb-timeout; deleting");
                 }
-                self.patch_and_delete(&api, a, &pod, &uid, cancel).await
+                self.patch_and_delete(&api, a, &pod, &uid, control).await
             }
         }
     }
@@ -277,14 +306,14 @@ impl Executor {
         a: &Attempt,
         pod: &Pod,
         uid: &str,
-        cancel: &CancellationToken,
+        control: &Control,
     ) -> AttemptResult {
         let name: &str = &a.pod.name;
         if !has_condition(pod) {
             let patch = condition_patch(uid, pod.metadata.generation);
             let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
             match self
-                .call("patch", cancel, api.patch_status(name, &params, &patch))
+                .call("patch", a, control, api.patch_status(name, &params, &patch))
                 .await
             {
                 Ok(_) => {}
@@ -302,7 +331,10 @@ impl Executor {
             }),
             ..DeleteParams::default()
         };
-        match self.call("delete", cancel, api.delete(name, &params)).await {
+        match self
+            .call("delete", a, control, api.delete(name, &params))
+            .await
+        {
             Ok(_) => AttemptResult::Evicted,
             Err(CallError::Status(404, _)) => AttemptResult::Gone(GoneReason::NotFound),
             Err(CallError::Status(409, m)) if uid_conflict(&m) => {
@@ -319,13 +351,13 @@ impl Executor {
         api: &Api<Pod>,
         a: &Attempt,
         uid: &str,
-        cancel: &CancellationToken,
+        control: &Control,
     ) -> AttemptResult {
         let name: &str = &a.pod.name;
         let patch = condition_patch(uid, Some(a.generation));
         let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
         let patched = match self
-            .call("patch", cancel, api.patch_status(name, &params, &patch))
+            .call("patch", a, control, api.patch_status(name, &params, &patch))
             .await
         {
             Ok(p) => p,
@@ -348,7 +380,10 @@ impl Executor {
             }),
             ..DeleteParams::default()
         };
-        match self.call("delete", cancel, api.delete(name, &params)).await {
+        match self
+            .call("delete", a, control, api.delete(name, &params))
+            .await
+        {
             Ok(_) => AttemptResult::Evicted,
             Err(CallError::Status(404, _)) => AttemptResult::Gone(GoneReason::NotFound),
             // Replaced, or changed since the patch (perhaps being deleted by someone else):
@@ -365,7 +400,7 @@ impl Executor {
     /// DisruptionTarget condition (reason EvictionByEvictionAPI), so ours is not patched. Any
     /// refusal but "not found" and "another UID" counts towards `--pdb-timeout`: a budget's
     /// 429, the 500 of a pod under two budgets, a 403, a budget-update 409.
-    async fn evict(&self, a: &Attempt, uid: &str, cancel: &CancellationToken) -> AttemptResult {
+    async fn evict(&self, a: &Attempt, uid: &str, control: &Control) -> AttemptResult {
         let params = kube::api::EvictParams {
             delete_options: Some(DeleteParams {
                 preconditions: Some(Preconditions {
@@ -380,7 +415,7 @@ impl Executor {
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), &a.pod.namespace);
         match self
-            .call("evict", cancel, pods.evict(&a.pod.name, &params))
+            .call("evict", a, control, pods.evict(&a.pod.name, &params))
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -401,15 +436,16 @@ impl Executor {
         }
     }
 
-    /// Whether the node's current taints (read fresh, or within the last moment) still make
-    /// this pod's eviction immediate.
+    /// Fetch what the stale-cache guard judges: the node's current taints (read fresh, or
+    /// shared from a read within the last moment). The judgement is the pipeline's
+    /// ([`StaleGuard::justifies`]).
     async fn confirm(
         &self,
         a: &Attempt,
         pod: &Pod,
-        cancel: &CancellationToken,
+        guard: StaleGuard,
+        control: &Control,
     ) -> Result<bool, CallError> {
-        use noexecute_engine::toleration::verdict;
         let Some(node) = a.pod.node.as_deref() else {
             return Ok(true);
         };
@@ -419,10 +455,6 @@ impl Executor {
             .iter()
             .map(crate::convert::toleration)
             .collect();
-        let justifies = |taints: &[noexecute_engine::Taint]| {
-            !taints.is_empty()
-                && verdict(taints, &tolerations, self.config.comparison_operators).is_immediate()
-        };
         // A read shared from another pod's attempt may confirm an eviction, never drop one:
         // only a read made after this attempt began may say the eviction is stale.
         let cached = self.node_reads.lock().ok().and_then(|c| {
@@ -430,11 +462,11 @@ impl Executor {
                 .filter(|(at, _)| at.elapsed() < self.config.node_read_ttl)
                 .map(|(_, t)| t.clone())
         });
-        if cached.as_deref().is_some_and(justifies) {
+        if cached.is_some_and(|taints| guard.justifies(&taints, &tolerations)) {
             return Ok(true);
         }
         let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-        let fresh = match self.call("get", cancel, api.get(node)).await {
+        let fresh = match self.call("get", a, control, api.get(node)).await {
             Ok(n) => n,
             // The node is gone: its taints no longer speak for anything.
             Err(CallError::Status(404, _)) => return Ok(false),
@@ -446,18 +478,15 @@ impl Executor {
             .unwrap_or_default()
             .iter()
             .map(crate::convert::taint)
-            .filter(|t| t.is_no_execute())
             .collect();
+        let justified = guard.justifies(&taints, &tolerations);
         if let Ok(mut c) = self.node_reads.lock() {
             if c.len() > 10_000 {
                 c.clear();
             }
-            c.insert(
-                node.to_string(),
-                (std::time::Instant::now(), taints.clone()),
-            );
+            c.insert(node.to_string(), (std::time::Instant::now(), taints));
         }
-        Ok(justifies(&taints))
+        Ok(justified)
     }
 }
 

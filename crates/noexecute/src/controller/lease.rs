@@ -1,13 +1,16 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics and
 //! timings (lease duration 15 s, renew deadline 10 s, retry period 2 s by default).
 //!
-//! Fencing: a leader that cannot renew within the renew deadline stops leading *before*
-//! another replica may take the lease (which it can only do a full lease duration after it
-//! last saw the lease change). The executor checks [`Leadership::is_leading`] before every
-//! mutating request, and bounds each request by the gap between the two durations.
+//! Fencing: leadership is a *term with a deadline*, not a flag. Each renewal that succeeds
+//! extends the term until `request start + renew deadline` on the monotonic clock; a standby
+//! may take the lease only a full lease duration after it saw the last change, so every
+//! request that starts before the deadline (each bounded by the gap between the two) ends
+//! before a standby can write. The executor and the event sender check
+//! [`Leadership::may_write`] for their term before every write, so a leader that stalls
+//! (SIGSTOP, a long pause) past its deadline writes nothing when it wakes, even before its
+//! election loop notices. Seeing another holder, or the Lease gone, ends the term at once.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -27,13 +30,16 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
 }
 
-/// Whether this replica leads, and how many times it has become the leader. The count lets a
-/// reader that polls notice a term it never saw: leading and losing the lease between two
-/// polls leaves `leading` false but `term` higher.
+/// Whether this replica leads, in which term, and until when unless renewed. The term count
+/// lets a reader that polls notice a term it never saw: leading and losing the lease between
+/// two polls leaves `leading` false but `term` higher.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Term {
     pub leading: bool,
     pub term: u64,
+    /// The term's deadline on the monotonic clock; `None` while leading means no deadline
+    /// (leader election off).
+    pub until: Option<Instant>,
 }
 
 impl Term {
@@ -42,25 +48,32 @@ impl Term {
         (seen.leading && (!self.leading || self.term != seen.term))
             || (!self.leading && self.term > seen.term)
     }
+
+    /// Whether a write of term `term` may go at `now`.
+    pub fn allows(&self, term: u64, now: Instant) -> bool {
+        self.leading && self.term == term && self.until.is_none_or(|until| now < until)
+    }
 }
 
 /// Shared view of whether this replica leads.
 #[derive(Clone, Debug)]
 pub struct Leadership {
-    leading: Arc<AtomicBool>,
+    fence: Arc<Mutex<Term>>,
     changes: watch::Receiver<Term>,
 }
 
 impl Leadership {
-    /// Always leading: leader election is off.
+    /// Always leading, in term 1 without a deadline: leader election is off.
     pub fn always() -> (Leadership, watch::Sender<Term>) {
-        let (tx, rx) = watch::channel(Term {
+        let term = Term {
             leading: true,
             term: 1,
-        });
+            until: None,
+        };
+        let (tx, rx) = watch::channel(term);
         (
             Leadership {
-                leading: Arc::new(AtomicBool::new(true)),
+                fence: Arc::new(Mutex::new(term)),
                 changes: rx,
             },
             tx,
@@ -69,19 +82,21 @@ impl Leadership {
 
     pub fn new() -> (Leadership, LeadershipWriter) {
         let (tx, rx) = watch::channel(Term::default());
-        let leading = Arc::new(AtomicBool::new(false));
+        let fence = Arc::new(Mutex::new(Term::default()));
         (
             Leadership {
-                leading: leading.clone(),
+                fence: fence.clone(),
                 changes: rx,
             },
-            LeadershipWriter { leading, tx },
+            LeadershipWriter { fence, tx },
         )
     }
 
-    /// The fence: read before every mutating request.
-    pub fn is_leading(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+    /// The fence: read before every write. True only while this replica leads in `term` and
+    /// the term's deadline has not passed on the monotonic clock.
+    pub fn may_write(&self, term: u64) -> bool {
+        let fence = *self.fence.lock().unwrap_or_else(PoisonError::into_inner);
+        fence.allows(term, Instant::now())
     }
 
     /// The latest state, marked as seen.
@@ -100,26 +115,44 @@ impl Leadership {
 }
 
 pub struct LeadershipWriter {
-    leading: Arc<AtomicBool>,
+    fence: Arc<Mutex<Term>>,
     tx: watch::Sender<Term>,
 }
 
 impl LeadershipWriter {
-    pub fn set(&self, leading: bool) {
-        // The flag first: the executor's fence reads it.
-        self.leading.store(leading, Ordering::SeqCst);
-        self.tx.send_modify(|t| {
-            if leading && !t.leading {
+    /// Lead until `until`: a new term if not leading, else the same term renewed.
+    pub fn lead(&self, until: Instant) {
+        self.update(|t| {
+            if !t.leading {
                 t.term += 1;
             }
-            t.leading = leading;
+            t.leading = true;
+            t.until = Some(until);
         });
+    }
+
+    /// The term is over.
+    pub fn stop(&self) {
+        self.update(|t| {
+            t.leading = false;
+            t.until = None;
+        });
+    }
+
+    fn update(&self, change: impl Fn(&mut Term)) {
+        // The fence first: the executor and the event sender read it.
+        let term = {
+            let mut fence = self.fence.lock().unwrap_or_else(PoisonError::into_inner);
+            change(&mut fence);
+            *fence
+        };
+        self.tx.send_replace(term);
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("lost the lease {namespace}/{name}: could not renew within {deadline:?}")]
+    #[error("lost the lease {namespace}/{name} (renew deadline {deadline:?})")]
     Lost {
         namespace: String,
         name: String,
@@ -176,16 +209,51 @@ struct Elector {
     api: Api<Lease>,
     cfg: LeaseConfig,
     observed: Option<(Record, Instant)>,
+    /// When the Lease was first seen missing after another holder had it.
+    missing_since: Option<Instant>,
+}
+
+/// What one `tryAcquireOrRenew` found.
+#[derive(Debug, PartialEq, Eq)]
+enum Claim {
+    /// We hold the lease now.
+    Held,
+    /// Another replica holds it (its identity).
+    Taken(String),
+    /// Not ours yet: someone else's is still valid, or a write raced ours.
+    NotYet,
 }
 
 impl Elector {
-    /// One `tryAcquireOrRenew`: true when we hold the lease afterwards.
-    async fn try_acquire_or_renew(&mut self) -> kube::Result<bool> {
+    /// One `tryAcquireOrRenew`. `holding`: we hold the lease, so a missing Lease or another
+    /// holder means someone else changed it, and our term is over.
+    async fn try_acquire_or_renew(&mut self, holding: bool) -> kube::Result<Claim> {
         let now = Instant::now();
         let secs = self.cfg.lease_duration.as_secs().max(1) as i32;
         let existing = match self.api.get_opt(&self.cfg.name).await? {
-            Some(lease) => lease,
+            Some(lease) => {
+                self.missing_since = None;
+                lease
+            }
+            None if holding => return Ok(Claim::Taken("(the Lease was deleted)".into())),
             None => {
+                // Deleted under a live holder: that holder acts until its next renewal
+                // notices. Wait a lease duration, as for a holder that stopped renewing.
+                if let Some((record, _)) = &self.observed
+                    && !record.holder.is_empty()
+                    && record.holder != self.cfg.identity
+                {
+                    let since = *self.missing_since.get_or_insert(now);
+                    if !may_take(
+                        record,
+                        &self.cfg.identity,
+                        since,
+                        self.cfg.lease_duration,
+                        now,
+                    ) {
+                        return Ok(Claim::NotYet);
+                    }
+                }
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.cfg.name.clone()),
@@ -202,8 +270,12 @@ impl Elector {
                     }),
                 };
                 return match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(true),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Ok(created) => {
+                        self.observed = Some((Record::from_lease(&created), Instant::now()));
+                        self.missing_since = None;
+                        Ok(Claim::Held)
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(Claim::NotYet),
                     Err(e) => Err(e),
                 };
             }
@@ -213,6 +285,15 @@ impl Elector {
             Some((seen, _)) if *seen == record => {}
             _ => self.observed = Some((record.clone(), now)),
         }
+        let mine = record.holder == self.cfg.identity;
+        if holding && !mine {
+            // Edited by someone (an operator, or a replica that thought it expired).
+            return Ok(Claim::Taken(if record.holder.is_empty() {
+                "(nobody: the holder was cleared)".into()
+            } else {
+                record.holder
+            }));
+        }
         let observed_at = self.observed.as_ref().map_or(now, |(_, at)| *at);
         if !may_take(
             &record,
@@ -221,9 +302,8 @@ impl Elector {
             self.cfg.lease_duration,
             now,
         ) {
-            return Ok(false);
+            return Ok(Claim::NotYet);
         }
-        let mine = record.holder == self.cfg.identity;
         let mut lease = existing;
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(self.cfg.identity.clone());
@@ -241,9 +321,12 @@ impl Elector {
         {
             Ok(updated) => {
                 self.observed = Some((Record::from_lease(&updated), Instant::now()));
-                Ok(true)
+                Ok(Claim::Held)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(kube::Error::Api(s)) if s.code == 409 && holding => {
+                Ok(Claim::Taken("(written by someone else meanwhile)".into()))
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Claim::NotYet),
             Err(e) => Err(e),
         }
     }
@@ -273,7 +356,11 @@ impl Elector {
 }
 
 /// Campaign for the lease, then hold it. Returns `Ok(())` on shutdown (after releasing the
-/// lease) and `Err(Lost)` when leadership is lost; the caller must then stop acting.
+/// lease) and `Err(Lost)` when leadership is lost; the term has ended by then.
+///
+/// On shutdown the caller ends the term first ([`LeadershipWriter::stop`] through `stop`) and
+/// waits for every write of it to end; only then does it cancel `shutdown`, and the lease is
+/// released.
 pub async fn run(
     client: Client,
     cfg: LeaseConfig,
@@ -285,18 +372,24 @@ pub async fn run(
         api: Api::namespaced(client, &cfg.namespace),
         cfg: cfg.clone(),
         observed: None,
+        missing_since: None,
     };
     // Each attempt must end well within the renew deadline so that the fence is checked.
     let attempt_timeout = cfg.retry_period.max(Duration::from_millis(500));
     tracing::info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "campaigning for the lease");
     // Acquire.
+    let mut last_renew;
     loop {
-        let attempt = tokio::time::timeout(attempt_timeout, elector.try_acquire_or_renew());
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(attempt_timeout, elector.try_acquire_or_renew(false));
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             result = attempt => match result {
-                Ok(Ok(true)) => break,
-                Ok(Ok(false)) => {}
+                Ok(Ok(Claim::Held)) => {
+                    last_renew = started;
+                    break;
+                }
+                Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     metrics.api_error("lease");
                     tracing::warn!(error = %e, "lease acquire attempt failed");
@@ -312,30 +405,45 @@ pub async fn run(
             _ = tokio::time::sleep(jittered(cfg.retry_period)) => {}
         }
     }
-    let mut last_renew = Instant::now();
-    writer.set(true);
+    // The term runs from when the winning request was sent: a standby measures from no
+    // earlier than that.
+    writer.lead(last_renew + cfg.renew_deadline);
     tracing::info!(identity = %cfg.identity, "became the leader");
     // Renew.
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
-                writer.set(false);
+                writer.stop();
                 elector.release().await;
                 return Ok(());
             }
-            // Never sleep past the renew deadline: the fence must drop on time.
+            // Never sleep past the renew deadline: the term must end on time.
             _ = tokio::time::sleep(cfg.retry_period.min(
                 (last_renew + cfg.renew_deadline).saturating_duration_since(Instant::now()),
             )) => {}
         }
-        let remaining = (last_renew + cfg.renew_deadline).saturating_duration_since(Instant::now());
+        let started = Instant::now();
+        let remaining = (last_renew + cfg.renew_deadline).saturating_duration_since(started);
         let attempt = tokio::time::timeout(
             attempt_timeout.min(remaining.max(Duration::from_millis(1))),
-            elector.try_acquire_or_renew(),
+            elector.try_acquire_or_renew(true),
         );
         match attempt.await {
-            Ok(Ok(true)) => last_renew = Instant::now(),
-            Ok(Ok(false)) => tracing::warn!("the lease was taken by another replica"),
+            Ok(Ok(Claim::Held)) => {
+                // Past the deadline (a stall), the term is over even if the write went
+                // through: a standby may have taken over meanwhile.
+                if started >= last_renew + cfg.renew_deadline {
+                    break;
+                }
+                last_renew = started;
+                writer.lead(last_renew + cfg.renew_deadline);
+            }
+            Ok(Ok(Claim::Taken(holder))) => {
+                writer.stop();
+                tracing::error!(%holder, "another holder has the lease: this term is over");
+                break;
+            }
+            Ok(Ok(Claim::NotYet)) => tracing::warn!("could not renew the lease"),
             Ok(Err(e)) => {
                 metrics.api_error("lease");
                 tracing::warn!(error = %e, "lease renewal failed");
@@ -346,14 +454,15 @@ pub async fn run(
             }
         }
         if Instant::now() >= last_renew + cfg.renew_deadline {
-            writer.set(false);
-            return Err(LeaseError::Lost {
-                namespace: cfg.namespace.clone(),
-                name: cfg.name.clone(),
-                deadline: cfg.renew_deadline,
-            });
+            break;
         }
     }
+    writer.stop();
+    Err(LeaseError::Lost {
+        namespace: cfg.namespace.clone(),
+        name: cfg.name.clone(),
+        deadline: cfg.renew_deadline,
+    })
 }
 
 /// client-go jitters the retry period by up to 20%.
@@ -369,8 +478,8 @@ mod tests {
     async fn a_term_won_and_lost_between_two_polls_is_noticed() {
         let (mut leadership, writer) = Leadership::new();
         let seen = leadership.current();
-        writer.set(true);
-        writer.set(false);
+        writer.lead(Instant::now() + Duration::from_secs(10));
+        writer.stop();
         let now = leadership.changed().await;
         assert!(!now.leading);
         assert!(now.lost_since(seen), "{seen:?} -> {now:?}");
@@ -381,10 +490,41 @@ mod tests {
         assert!(
             !Term {
                 leading: true,
-                term: 1
+                term: 1,
+                until: None,
             }
             .lost_since(seen)
         );
+    }
+
+    #[test]
+    fn a_term_allows_writes_only_in_itself_and_before_its_deadline() {
+        let t0 = Instant::now();
+        let term = Term {
+            leading: true,
+            term: 3,
+            until: Some(t0 + Duration::from_secs(10)),
+        };
+        assert!(term.allows(3, t0));
+        assert!(!term.allows(2, t0), "an earlier term's write");
+        assert!(
+            !term.allows(3, t0 + Duration::from_secs(10)),
+            "past the deadline (a stalled leader waking up)"
+        );
+        let (leadership, writer) = Leadership::new();
+        assert!(!leadership.may_write(0), "standing by");
+        writer.lead(Instant::now() + Duration::from_secs(60));
+        assert!(leadership.may_write(1));
+        writer.lead(Instant::now() + Duration::from_secs(60));
+        assert!(leadership.may_write(1), "a renewal keeps the term");
+        writer.stop();
+        assert!(!leadership.may_write(1), "stopped");
+        writer.lead(Instant::now() + Duration::from_secs(60));
+        assert!(
+            !leadership.may_write(1),
+            "a new term: the old one's writes are fenced"
+        );
+        assert!(leadership.may_write(2));
     }
 
     fn record(holder: &str) -> Record {

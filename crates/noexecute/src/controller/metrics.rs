@@ -33,6 +33,7 @@ pub struct Metrics {
     pub watch_restarts: Family<ResourceLabels, Counter>,
     pub leader: Gauge,
     pub events_dropped: Counter,
+    pub events_fenced: Counter,
     pub eviction_retries: Counter,
     pub dry_run_evictions: Counter,
     pub stale_evictions_avoided: Counter,
@@ -56,6 +57,7 @@ impl Metrics {
             watch_restarts: Family::default(),
             leader: Gauge::default(),
             events_dropped: Counter::default(),
+            events_fenced: Counter::default(),
             eviction_retries: Counter::default(),
             dry_run_evictions: Counter::default(),
             stale_evictions_avoided: Counter::default(),
@@ -109,6 +111,11 @@ impl Metrics {
             "events_dropped",
             "Events not sent because the event queue was full.",
             m.events_dropped.clone(),
+        );
+        own.register(
+            "events_fenced",
+            "Events not sent because their term of leadership had ended (a handover).",
+            m.events_fenced.clone(),
         );
         own.register(
             "eviction_retries",

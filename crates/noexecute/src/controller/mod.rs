@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Modules: [`watch`], [`driver`], [`executor`], [`events`], [`lease`], [`admin`] (with
-//! [`tls`] and [`access`]), [`status`], [`foreign`], [`metrics`], [`ratelimit`], [`clock`].
+//! [`tls`] and [`access`]), [`status`], [`metrics`], [`ratelimit`], [`clock`].
 //! This file only parses flags and wires them.
 
 pub mod access;
@@ -20,7 +20,6 @@ pub mod clock;
 pub mod driver;
 pub mod events;
 pub mod executor;
-pub mod foreign;
 pub mod lease;
 pub mod metrics;
 pub mod ratelimit;
@@ -123,8 +122,9 @@ pub struct RunArgs {
     pub leader_elect_namespace: Option<String>,
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT_NAME", default_value = "noexecute")]
     pub leader_elect_name: String,
-    /// This replica's identity in the Lease (default: $POD_NAME or the host name, plus a
-    /// random suffix).
+    /// This replica's identity in the Lease: this (default: $POD_NAME or the host name) plus a
+    /// random suffix, always, so that two processes given the same name (a rollout's surge
+    /// pod) can never both believe they hold the Lease.
     #[arg(long, env = "NOEXECUTE_IDENTITY")]
     pub identity: Option<String>,
     /// `source.component` of the Events recorded. Upstream's name by default, so that event
@@ -164,16 +164,23 @@ impl RunArgs {
                 self.leader_elect_renew_deadline > self.leader_elect_retry_period,
                 "--leader-elect-renew-deadline must be longer than --leader-elect-retry-period"
             );
+            // Every request is bounded by (lease duration - renew deadline - 0.5 s), and must
+            // be allowed at least 1 s.
+            anyhow::ensure!(
+                self.leader_elect_lease_duration - self.leader_elect_renew_deadline
+                    >= Duration::from_millis(1500),
+                "--leader-elect-lease-duration must exceed --leader-elect-renew-deadline by at least 1.5s (requests are bounded by the gap less 0.5s, and need at least 1s)"
+            );
         }
         Ok(())
     }
 
     fn identity(&self) -> String {
-        if let Some(id) = &self.identity {
-            return id.clone();
-        }
-        let host = std::env::var("POD_NAME")
-            .ok()
+        let host = self
+            .identity
+            .clone()
+            .filter(|i| !i.is_empty())
+            .or_else(|| std::env::var("POD_NAME").ok())
             .or_else(|| std::env::var("HOSTNAME").ok())
             .or_else(|| {
                 std::fs::read_to_string("/etc/hostname")
@@ -279,7 +286,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // Leadership.
     let (leadership, lease_task) = if args.leader_elect {
         let (leadership, writer) = lease::Leadership::new();
-        let namespace = lease_namespace;
+        let namespace = lease_namespace.clone();
         let cfg = lease::LeaseConfig {
             name: args.leader_elect_name.clone(),
             namespace,
@@ -315,9 +322,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // A request in flight when the lease is lost must end before another replica can take
     // the lease: bound it by the gap between lease duration and renew deadline.
     let request_timeout = if args.leader_elect {
+        // At least 1 s: validate() keeps the gap at 1.5 s or more.
         (args.leader_elect_lease_duration - args.leader_elect_renew_deadline)
             .saturating_sub(Duration::from_millis(500))
-            .max(Duration::from_secs(1))
     } else {
         Duration::from_secs(30)
     };
@@ -332,14 +339,16 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         clock,
         executor::ExecutorConfig {
             request_timeout,
-            comparison_operators: args.engine.comparison_operators,
             node_read_ttl: Duration::from_secs(1),
         },
     );
+    let lease_name = format!("{lease_namespace}/{}", args.leader_elect_name);
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
         args.event_component.clone(),
         identity.clone(),
+        lease_name.clone(),
+        leadership.clone(),
         limiter.clone(),
         metrics.clone(),
         shutdown.clone(),
@@ -351,11 +360,28 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics.clone(),
         shutdown.clone(),
     );
-    let pipeline = Pipeline::new(policy.pipeline_config(
-        args.engine.comparison_operators,
-        args.concurrency,
-        crate::time::random_u64(),
-    ));
+    let pipeline = Pipeline::new(noexecute_engine::PipelineConfig {
+        lease: Some(lease_name),
+        refuse_if_foreign: args.refuse_if_foreign,
+        ..policy.pipeline_config(
+            args.engine.comparison_operators,
+            args.concurrency,
+            crate::time::random_u64(),
+        )
+    });
+    let node_selector = match args
+        .node_selector
+        .as_deref()
+        .map(crate::selector::Selector::parse)
+    {
+        None => None,
+        Some(Ok(selector)) => Some(selector),
+        Some(Err(e)) => {
+            // The API server understood it; only node removals are then all taken as deletions.
+            tracing::warn!(error = %e, "--node-selector: cannot tell a node that left the selector from a deleted one");
+            None
+        }
+    };
     let driver = driver::Driver::new(
         pipeline,
         policy,
@@ -368,7 +394,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         brake_object,
         limiter,
         identity.clone(),
-        args.refuse_if_foreign,
+        node_selector,
     );
 
     let signals = shutdown.clone();
@@ -394,15 +420,17 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     };
     shutdown.cancel();
     // The driver told every attempt in flight to stop; wait until they have (each request is
-    // bounded by the request timeout), then release the lease and stop serving.
+    // bounded by the request timeout) and until the event queue is flushed (each write fenced
+    // by its term), then release the lease and stop serving. Nothing of this term's can
+    // follow a standby's first write.
     executor.drain().await;
+    let _ = events_task.await;
     lease_stop.cancel();
     if let Some(task) = lease_task
         && let Ok(Err(e)) = task.await
     {
         tracing::error!(error = %e, "leader election");
     }
-    let _ = events_task.await;
     let _ = admin_task.await;
     Ok(code)
 }

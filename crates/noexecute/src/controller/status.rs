@@ -24,8 +24,11 @@ pub struct Status {
     pub refusing: bool,
     /// The controller's clock when it answered.
     pub now: String,
-    /// Sorted by deadline.
+    /// Sorted by deadline: the earliest, at most the limit asked for.
     pub pending: Vec<Pending>,
+    /// Pending evictions in all (of the namespace asked for), shown or not.
+    #[serde(default)]
+    pub total: usize,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -72,20 +75,24 @@ impl Pending {
 pub fn of(
     pipeline: &Pipeline,
     identity: &str,
-    leading: bool,
-    refusing: bool,
     namespace: Option<&str>,
+    limit: usize,
     now: Time,
 ) -> Status {
+    let countdowns = pipeline.countdowns(
+        |pod| namespace.is_none_or(|ns| &*pod.namespace == ns),
+        limit,
+    );
     Status {
         identity: identity.to_string(),
-        leading,
+        leading: pipeline.leading() && !pipeline.refusing(),
         synced: pipeline.synced(),
         braking: pipeline.braking(),
-        refusing,
+        refusing: pipeline.refusing(),
         now: timestamp(now),
-        pending: pipeline
-            .countdowns(|pod| namespace.is_none_or(|ns| &*pod.namespace == ns))
+        total: countdowns.total,
+        pending: countdowns
+            .rows
             .into_iter()
             .map(|c| Pending::new(c, now))
             .collect(),
@@ -112,8 +119,15 @@ pub fn table(status: &Status, wide: bool, w: &mut impl Write) -> io::Result<()> 
         } else {
             ""
         },
-        status.pending.len()
+        status.total.max(status.pending.len())
     )?;
+    if status.total > status.pending.len() {
+        writeln!(
+            w,
+            "(the {} earliest shown; ask for more with --limit)",
+            status.pending.len()
+        )?;
+    }
     if status.pending.is_empty() {
         return Ok(());
     }
@@ -194,6 +208,7 @@ mod tests {
                 failures: 0,
                 reason: "tolerated for 300s".into(),
             }],
+            total: 1,
         };
         let mut out = Vec::new();
         table(&status, true, &mut out).unwrap_or_else(|e| panic!("{e}"));

@@ -2,15 +2,16 @@
 //!
 //! The [`Engine`] decides *whether* and *when* a pod is evicted. The [`Pipeline`] owns the
 //! engine and carries each due eviction the rest of the way, the same for `run`, `simulate`,
-//! `plan` and the tests:
+//! `plan` and the tests, and it owns every rule that decides whether a request may go:
 //!
 //! ```text
 //!  observations ─┐                                          ┌─► Effect::Start(Attempt)
-//!  reports ──────┼─► Engine ─► due ─► parked ─► Pacer ─► queue ─► in flight ─► reports
-//!  leadership ───┤            (not acting) (rate limits,  (fair:    (≤ concurrency,
-//!  tick(now) ────┘                          brake)         fresh and  one per pod)
-//!                                                          retries)
-//!                                          a cancel anywhere ─► Effect::Cancel(attempt)
+//!  reports ──────┤                                          ├─► Effect::Hold / Cancel
+//!  term (lease) ─┼─► Engine ─► due ─► parked ─► Pacer ─► queue ─► in flight ─► reports
+//!  foreign signs ┤            (no term,    (rate limits, (fair:    (≤ concurrency,
+//!  tick(now) ────┘             refusing)    brake)        fresh and  one per pod)
+//!                                                         retries)
+//!                          the brake holds the queue and unwritten attempts too
 //! ```
 //!
 //! It is sans-I/O in the manner of quinn-proto: inputs are method calls that take `now`;
@@ -18,59 +19,52 @@
 //! when the driver must call [`Pipeline::tick`] at the latest. It reads no clock, performs no
 //! I/O and holds no task; jitter comes from a seeded generator.
 //!
+//! The rules it owns, each in one place:
+//! - **Acting** ([`Pipeline::may_act`]): synced, in a [`Term`] of leadership whose deadline has
+//!   not passed, and not refusing because another taint eviction controller was seen. A term
+//!   ends at its deadline even if no one says so: the pipeline wakes for it, stops every
+//!   attempt and parks the rest. Every attempt and event names its term, and the shell's fence
+//!   lets it write only while that term lasts.
+//! - **The brake** ([`Pacer::brake_holds`]): nothing starts on a node it holds, from the pacer
+//!   or from the queue, and an attempt that has not yet written is held back
+//!   ([`Effect::Hold`]).
+//! - **The stale-cache guard**: which attempts re-read the node ([`StaleGuard`], the engine's
+//!   verdict) and what a stale answer means (`Outcome::Stale`, knowing whether the cache
+//!   moved under the attempt).
+//! - **The second-controller guard** ([`ForeignSign`] in, [`Effect::Foreign`] out).
+//!
 //! What it guarantees, and `tests/pipeline.rs` checks over a million random steps:
 //! - no attempt starts for an eviction the engine cancelled, and every attempt in flight for
 //!   one is told to stop ([`Effect::Cancel`]), so it sends no further request;
 //! - at most one attempt per pod is in flight, a cancelled one included, until it reports;
+//! - nothing starts while the brake holds its node, and nothing starts outside a term;
 //! - no eviction is lost: parking, pacing, queueing, leadership changes and cancelled attempts
 //!   all keep it until the engine drops it or an attempt concludes it;
 //! - what it holds is bounded by the pending evictions and the executor's concurrency.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+mod attempt;
+mod countdown;
+mod foreign;
+mod queue;
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use attempt::{
+    Attempt, AttemptId, AttemptReport, AttemptResult, Backoff, EvictionMode, Finish, GoneReason,
+    Plan, StaleGuard,
+};
+pub use countdown::{Countdown, Countdowns, Held};
+pub use foreign::{ForeignSign, HANDOVER_MS, SignKind};
+
 use crate::action::{Action, Cause, PodRef, SkipReason, UpstreamEvent};
-use crate::engine::{Config, Engine, Stage};
+use crate::engine::{Config, Engine, PodView, Stage};
 use crate::observe::{EvictionId, NodeObservation, Outcome, PodObservation, Report, Uid};
 use crate::pace::{BrakeChange, PaceConfig, Pacer};
 use crate::time::Time;
-
-/// How an eviction ends: a DELETE (upstream's way) or an Eviction (policy/v1), which
-/// PodDisruptionBudgets can refuse.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum EvictionMode {
-    #[default]
-    Delete,
-    Evict,
-}
-
-/// Backoff between failed attempts of one eviction: initial × 2^(n-1), capped, ±25% jitter.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_millis(200),
-            max: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay after the `failures`-th failure (1-based), given a uniform `jitter` in [0, 1).
-    pub fn delay(&self, failures: u32, jitter: f64) -> Duration {
-        let exp = self
-            .initial
-            .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
-        exp.min(self.max)
-            .mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
-    }
-}
+use foreign::{Finding, Guard};
+use queue::{Place, Queue};
 
 /// What the pipeline needs beyond the engine's own [`Config`].
 #[derive(Clone, Debug, PartialEq)]
@@ -95,6 +89,11 @@ pub struct PipelineConfig {
     pub seed: u64,
     /// Deadlines one tick fires at most ([`TICK_BATCH`]).
     pub tick_batch: usize,
+    /// Our Lease (`namespace/name`): every replica of ours names it in its Events, so a sign
+    /// that names it is never foreign.
+    pub lease: Option<String>,
+    /// Stop acting (until restarted) once another taint eviction controller is seen.
+    pub refuse_if_foreign: bool,
 }
 
 impl Default for PipelineConfig {
@@ -111,6 +110,8 @@ impl Default for PipelineConfig {
             backoff: Backoff::default(),
             seed: 0x5eed,
             tick_batch: TICK_BATCH,
+            lease: None,
+            refuse_if_foreign: false,
         }
     }
 }
@@ -125,89 +126,13 @@ impl Default for PipelineConfig {
 /// whole (its executor starts at most `concurrency` attempts of them at a time).
 pub const TICK_BATCH: usize = 1024;
 
-/// One attempt's identity; reports name it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AttemptId(pub u64);
-
-/// The request that ends an attempt.
+/// A term of leadership: its number, and the instant (on the pipeline's clock) until which
+/// it may act unless renewed. The shell's lease renews it by giving the same `id` a later
+/// `until`; a new `id` is a new term.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Finish {
-    /// DELETE with preconditions.
-    Delete,
-    /// POST an Eviction.
-    Evict,
-    /// Dry run: read and check, change nothing.
-    Nothing,
-}
-
-/// One attempt at an eviction, for the executor to carry out and report on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Attempt {
-    pub id: AttemptId,
-    pub pod: PodRef,
-    pub eviction: EvictionId,
-    /// When the eviction was due (for the latency metric).
-    pub deadline: Time,
-    /// When the pacer was offered it: `start - due_at` is how long pacing held it.
-    pub due_at: Time,
-    /// The pod's `metadata.generation` as last observed (the condition's `observedGeneration`).
-    pub generation: i64,
-    /// Why it is evicted, as decided.
-    pub cause: Option<Cause>,
-    /// Two requests: the condition patch's answer stands in for the GET, and the DELETE is
-    /// preconditioned on the resourceVersion it returned. Otherwise: GET, patch, finish.
-    pub two_requests: bool,
-    /// Re-read the node first and drop the eviction if its taints no longer justify it.
-    pub guard: bool,
-    pub finish: Finish,
-    /// The Eviction API refused past `--pdb-timeout`: this attempt deletes instead.
-    pub fallback: bool,
-}
-
-/// Why an attempt did not evict and nothing is left to do.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum GoneReason {
-    NotFound,
-    Replaced,
-    Terminating,
-}
-
-impl GoneReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GoneReason::NotFound => "pod not found",
-            GoneReason::Replaced => "pod was replaced (another UID)",
-            GoneReason::Terminating => "pod is already terminating",
-        }
-    }
-}
-
-/// How an attempt ended, as the executor saw it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum AttemptResult {
-    Evicted,
-    /// Dry run: everything checked, nothing changed.
-    WouldEvict,
-    /// The stale-cache guard's fresh read of the node does not justify the eviction.
-    Stale,
-    Gone(GoneReason),
-    /// It failed. `refused` is true when the Eviction API answered with a refusal (a budget's
-    /// 429, a 500 for a pod under two budgets, a 403, a budget-update 409): those count
-    /// towards `--pdb-timeout`.
-    Failed {
-        error: String,
-        refused: bool,
-    },
-    /// Stopped before its next request because it was cancelled or this replica stopped
-    /// leading.
-    Cancelled,
-}
-
-/// The executor's report on one attempt. Every started attempt is reported exactly once.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AttemptReport {
-    pub attempt: AttemptId,
-    pub result: AttemptResult,
+pub struct Term {
+    pub id: u64,
+    pub until: Time,
 }
 
 /// What holds a due eviction back.
@@ -232,18 +157,37 @@ pub enum Effect {
     Start(Attempt),
     /// Send no further request for this attempt; it is still reported.
     Cancel(AttemptId),
-    /// Record this event about the pod (only while acting).
-    PodEvent { pod: PodRef, event: UpstreamEvent },
+    /// The brake now holds this attempt's node: if it has not sent its first mutating
+    /// request, it must send none and report `Cancelled` (it is held, and goes on when the
+    /// brake lets it); if it has, it finishes.
+    Hold(AttemptId),
+    /// Record this event about the pod, in this term (the shell's fence drops it once the
+    /// term is over).
+    PodEvent {
+        pod: PodRef,
+        event: UpstreamEvent,
+        term: u64,
+    },
     /// The brake engaged or let go (whether acting or not).
     Brake(BrakeChange),
     /// Record this event about the controller itself (the brake, while acting).
-    ControllerEvent(UpstreamEvent),
+    ControllerEvent { event: UpstreamEvent, term: u64 },
     /// While the brake holds, a node's release annotation changed.
     NodeRelease { node: String, released: bool },
     /// Evictions decided while not acting are acted on now.
     Unparked { count: usize },
     /// A listing finished: (objects removed because the listing no longer had them).
     Synced { nodes: bool, removed: usize },
+    /// The term ended at its deadline without being renewed: acting stopped.
+    TermExpired { term: u64 },
+    /// Another taint eviction controller was seen evicting `pod`. `first`: the first time
+    /// (warn loudly); `refusing`: with `refuse_if_foreign`, this replica has stopped acting.
+    Foreign {
+        pod: String,
+        evidence: String,
+        first: bool,
+        refusing: bool,
+    },
 }
 
 /// Which watch a listing belongs to.
@@ -253,6 +197,7 @@ pub enum Watched {
     Pods,
 }
 
+/// Where a due eviction waits in the pipeline.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Where {
     /// Decided while this replica may not act.
@@ -260,7 +205,7 @@ enum Where {
     /// In the pacer.
     Paced,
     /// Released by the pacer, waiting for an executor slot (at this place in its queue).
-    Queued(i64),
+    Queued(Place),
     /// Waiting for an earlier attempt on the same pod to report.
     WaitingForPod,
     InFlight(AttemptId),
@@ -268,58 +213,13 @@ enum Where {
     Retrying,
 }
 
-/// Where a pending eviction is, as [`Pipeline::countdowns`] shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Held {
-    /// Counting down to its deadline in the engine.
-    Counting,
-    /// Due, but this replica may not act (not synced, or not leading).
-    Parked,
-    /// Due, held by the per-node rate or the mass-eviction brake's pacing.
-    Pacing,
-    /// Due, held because the mass-eviction brake is engaged.
-    Brake,
-    /// Due, waiting for an executor slot (or for an earlier attempt on the pod).
-    Queued,
-    /// Being evicted now.
-    InFlight,
-    /// An attempt failed; the next is due at `at`.
-    Retrying { at: Option<Time> },
-}
-
-impl Held {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Held::Counting => "counting",
-            Held::Parked => "parked",
-            Held::Pacing => "pacing",
-            Held::Brake => "brake",
-            Held::Queued => "queued",
-            Held::InFlight => "in-flight",
-            Held::Retrying { .. } => "retrying",
-        }
-    }
-}
-
-/// One pending eviction: the pod (and its node), its deadline, where it is held and why.
-#[derive(Clone, Debug)]
-pub struct Countdown {
-    pub pod: PodRef,
-    pub deadline: Time,
-    pub held: Held,
-    /// Failed attempts so far.
-    pub failures: u32,
-    /// The taint and toleration that make it due (`None` if the node's taints are unknown).
-    pub reason: Option<String>,
-}
-
 #[derive(Clone, Debug)]
 struct Entry {
     pod: PodRef,
     deadline: Time,
     cause: Option<Cause>,
-    /// Decided at once on a pod event: the stale-cache guard applies.
-    immediate: bool,
+    /// Decided at once on a pod event (or after a stale answer): the stale-cache guard applies.
+    guarded: bool,
     /// Upstream's "Marking for deletion" event, recorded when the first attempt starts.
     event: Option<UpstreamEvent>,
     failures: u32,
@@ -337,6 +237,10 @@ struct Flight {
     eviction: EvictionId,
     pod: PodKey,
     cancelled: bool,
+    /// Told to hold (the brake) and not yet reported.
+    held: bool,
+    /// The node's taint stamp when it started (did the cache move under it?).
+    node_version: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -354,24 +258,25 @@ pub struct Pipeline {
     pacer: Pacer<EvictionId>,
     entries: HashMap<EvictionId, Entry>,
     parked: BTreeSet<EvictionId>,
-    /// Released by the pacer, in order (by a sequence number, so that a cancel removes an
-    /// eviction in O(log n)); retries apart, so that they cannot starve fresh work.
-    fresh: BTreeMap<i64, EvictionId>,
-    retries: BTreeMap<i64, EvictionId>,
-    /// The next sequence numbers at the back and (going down) at the front of the queues.
-    back: i64,
-    front: i64,
-    retry_turn: bool,
+    queue: Queue,
     flights: HashMap<AttemptId, Flight>,
     /// Pods with an attempt in flight.
     busy: HashMap<PodKey, AttemptId>,
     /// An eviction waiting for the pod's earlier attempt to report.
     waiting: HashMap<PodKey, EvictionId>,
     next_attempt: u64,
-    leading: bool,
+    term: Option<Term>,
+    /// The last term id handed out by [`Pipeline::set_leading`].
+    last_term: u64,
+    /// Another taint eviction controller was seen and `refuse_if_foreign` is set.
+    refusing: bool,
+    guard: Guard,
     nodes: Listing<String>,
     pods: Listing<(String, String)>,
     brake_announced: bool,
+    /// The brake may hold more than before (it engaged, or a node lost its release): take
+    /// back what it holds at the next settle.
+    rebrake: bool,
     rng: u64,
     effects: VecDeque<Effect>,
     /// Scratch buffer for engine actions.
@@ -387,19 +292,19 @@ impl Pipeline {
             pacer,
             entries: HashMap::new(),
             parked: BTreeSet::new(),
-            fresh: BTreeMap::new(),
-            retries: BTreeMap::new(),
-            back: 1,
-            front: 0,
-            retry_turn: false,
+            queue: Queue::default(),
             flights: HashMap::new(),
             busy: HashMap::new(),
             waiting: HashMap::new(),
             next_attempt: 1,
-            leading: false,
+            term: None,
+            last_term: 0,
+            refusing: false,
+            guard: Guard::default(),
             nodes: Listing::default(),
             pods: Listing::default(),
             brake_announced: false,
+            rebrake: false,
             rng: config.seed,
             effects: VecDeque::new(),
             actions: Vec::new(),
@@ -407,20 +312,24 @@ impl Pipeline {
         }
     }
 
-    /// A pipeline that acts from the start: synced and leading (simulate, plan, tests).
+    /// A pipeline that acts from the start: synced and in a term without end (simulate,
+    /// plan, tests).
     pub fn acting(config: PipelineConfig) -> Pipeline {
         let mut p = Pipeline::new(config);
         p.nodes.done_once = true;
         p.pods.done_once = true;
-        p.leading = true;
+        p.set_term(
+            Some(Term {
+                id: 1,
+                until: Time::MAX,
+            }),
+            Time::MIN,
+        );
+        p.effects.clear();
         p
     }
 
     // === Queries ===
-
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
 
     pub fn config(&self) -> &PipelineConfig {
         &self.config
@@ -431,9 +340,25 @@ impl Pipeline {
         self.nodes.done_once && self.pods.done_once
     }
 
-    /// Synced and leading: attempts may start.
+    /// The rule for acting: synced, in a term, and not refusing. (The term's deadline is
+    /// applied by every input before it looks at this.)
     pub fn may_act(&self) -> bool {
-        self.synced() && self.leading
+        self.synced() && self.term.is_some() && !self.refusing
+    }
+
+    /// The current term, if this replica leads.
+    pub fn term(&self) -> Option<Term> {
+        self.term
+    }
+
+    /// Whether this replica leads (its term has not ended), whether or not it may act.
+    pub fn leading(&self) -> bool {
+        self.term.is_some()
+    }
+
+    /// Another taint eviction controller was seen, and `refuse_if_foreign` stopped acting.
+    pub fn refusing(&self) -> bool {
+        self.refusing
     }
 
     pub fn braking(&self) -> bool {
@@ -463,6 +388,31 @@ impl Pipeline {
         self.parked.len()
     }
 
+    /// Evictions scheduled in the engine and counting down to their deadline (or retry).
+    pub fn scheduled(&self) -> usize {
+        self.engine.queued_count()
+    }
+
+    /// Pods known (on any node).
+    pub fn pod_count(&self) -> usize {
+        self.engine.pod_count()
+    }
+
+    /// Every pod known, as the engine holds it.
+    pub fn pods(&self) -> impl Iterator<Item = PodView<'_>> + '_ {
+        self.engine.pods()
+    }
+
+    /// The pods with a pending eviction (counting down, due or in flight).
+    pub fn pending_pods(&self) -> impl Iterator<Item = PodView<'_>> + '_ {
+        self.engine.pending()
+    }
+
+    /// A node's `NoExecute` taints as last observed; `None` for an unknown or untainted node.
+    pub fn node_taints(&self, name: &str) -> Option<&[crate::taint::Taint]> {
+        self.engine.node_taints(name)
+    }
+
     /// Released by the pacer and waiting for an executor slot (or for the pod's earlier
     /// attempt).
     pub fn queued(&self) -> usize {
@@ -474,7 +424,7 @@ impl Pipeline {
 
     /// Whether evictions wait for an executor slot (cheap; may count cancelled leftovers).
     pub fn backlog(&self) -> bool {
-        !self.fresh.is_empty() || !self.retries.is_empty() || !self.waiting.is_empty()
+        !self.queue.is_empty() || !self.waiting.is_empty()
     }
 
     /// Pending evictions: waiting for their deadline or retry in the engine, or due and held
@@ -486,75 +436,6 @@ impl Pipeline {
                 .values()
                 .filter(|e| e.at != Where::Retrying)
                 .count()
-    }
-
-    /// Every pending eviction of a pod `keep` accepts, with where it is held and why it is
-    /// due, sorted by deadline (then pod): what `noexecute status` shows. O(pods), plus the
-    /// reasons of the rows kept.
-    pub fn countdowns(&self, keep: impl Fn(&PodRef) -> bool) -> Vec<Countdown> {
-        let gate = self.config.engine.comparison_operators;
-        let mut out: Vec<Countdown> = self
-            .engine
-            .pending()
-            .filter(|view| keep(&view.pod))
-            .filter_map(|view| {
-                let eviction = view.eviction?;
-                let entry = self.entries.get(&eviction.id);
-                let held = match entry.map(|e| &e.at) {
-                    None => match eviction.stage {
-                        crate::Stage::Retrying => Held::Retrying {
-                            at: eviction.retry_at,
-                        },
-                        _ => Held::Counting,
-                    },
-                    Some(Where::Parked) => Held::Parked,
-                    Some(Where::Paced)
-                        if self.pacer.braking()
-                            && !view
-                                .pod
-                                .node
-                                .as_deref()
-                                .is_some_and(|n| self.pacer.is_released(n)) =>
-                    {
-                        Held::Brake
-                    }
-                    Some(Where::Paced) => Held::Pacing,
-                    Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
-                    Some(Where::InFlight(_)) => Held::InFlight,
-                    Some(Where::Retrying) => Held::Retrying {
-                        at: eviction.retry_at,
-                    },
-                };
-                let cause = entry.and_then(|e| e.cause.clone()).or_else(|| {
-                    let taints = view
-                        .pod
-                        .node
-                        .as_deref()
-                        .and_then(|n| self.engine.node_taints(n))?;
-                    let verdict = crate::toleration::verdict(taints, view.tolerations, gate);
-                    Some(Cause {
-                        taints: taints.into(),
-                        tolerations: view.tolerations.into(),
-                        verdict,
-                    })
-                });
-                Some(Countdown {
-                    pod: view.pod,
-                    deadline: eviction.deadline,
-                    held,
-                    failures: entry.map_or(0, |e| e.failures),
-                    reason: cause.map(|c| c.to_string()),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (a.deadline, &*a.pod.namespace, &*a.pod.name).cmp(&(
-                b.deadline,
-                &*b.pod.namespace,
-                &*b.pod.name,
-            ))
-        });
-        out
     }
 
     /// Attempts started and not yet reported (cancelled ones included).
@@ -571,8 +452,7 @@ impl Pipeline {
     pub fn footprint(&self) -> usize {
         self.entries.len()
             + self.parked.len()
-            + self.fresh.len()
-            + self.retries.len()
+            + self.queue.len()
             + self.flights.len()
             + self.busy.len()
             + self.waiting.len()
@@ -582,12 +462,19 @@ impl Pipeline {
             + self.pods.seen.len()
     }
 
+    /// Pods the second-controller guard remembers (started by us, or already judged): at most
+    /// the pods known, and forgotten with them.
+    pub fn guard_memory(&self) -> usize {
+        self.guard.len()
+    }
+
     /// The next effect to carry out, in order.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
     }
 
-    /// When [`Pipeline::tick`] must be called at the latest (besides any input).
+    /// When [`Pipeline::tick`] must be called at the latest (besides any input): the next
+    /// deadline, the pacer's next release, or the end of the term.
     pub fn next_wake(&self) -> Option<Time> {
         let engine = self.engine.next_deadline();
         let pacer = if self.may_act() {
@@ -595,19 +482,18 @@ impl Pipeline {
         } else {
             None
         };
-        match (engine, pacer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let term = self.term.map(|t| t.until).filter(|t| *t != Time::MAX);
+        [engine, pacer, term].into_iter().flatten().min()
     }
 
     // === Inputs ===
 
-    /// Time passed: fire due deadlines (at most [`PipelineConfig::tick_batch`]), start what
-    /// the pacer lets go.
+    /// Time passed: end the term if its deadline passed, fire due deadlines (at most
+    /// [`PipelineConfig::tick_batch`]), start what the pacer lets go.
     /// With more due, [`Pipeline::next_wake`] stays at or before `now`: the driver carries out
     /// this batch's effects and ticks again.
     pub fn tick(&mut self, now: Time) {
+        self.expire_term(now);
         let batch = self.config.tick_batch.max(1);
         self.engine.advance_at_most(now, batch, &mut self.actions);
         self.absorb(now, false);
@@ -631,8 +517,7 @@ impl Pipeline {
     /// A listing completed: whatever it did not contain was deleted meanwhile. This holds for
     /// the first listing too, which may follow one that failed half-way.
     pub fn listing_done(&mut self, what: Watched, now: Time) {
-        self.engine.advance(now, &mut self.actions);
-        self.absorb(now, false);
+        self.begin(now);
         let removed = match what {
             Watched::Nodes => {
                 let gone: Vec<String> = self
@@ -652,13 +537,20 @@ impl Pipeline {
                 gone.len()
             }
             Watched::Pods => {
-                let gone: Vec<(String, String)> = self
+                let gone: Vec<(String, String, Uid)> = self
                     .engine
                     .pods()
-                    .map(|v| (v.pod.namespace.to_string(), v.pod.name.to_string()))
-                    .filter(|k| !self.pods.seen.contains(k))
+                    .map(|v| {
+                        (
+                            v.pod.namespace.to_string(),
+                            v.pod.name.to_string(),
+                            v.pod.uid,
+                        )
+                    })
+                    .filter(|(ns, name, _)| !self.pods.seen.contains(&(ns.clone(), name.clone())))
                     .collect();
-                for (ns, name) in &gone {
+                for (ns, name, uid) in &gone {
+                    self.guard.forget(uid);
                     self.engine
                         .delete_pod(ns, name, None, now, &mut self.actions);
                     self.absorb(now, false);
@@ -680,8 +572,7 @@ impl Pipeline {
 
     /// A node was added or updated; `released` is its brake-release annotation.
     pub fn upsert_node(&mut self, node: &NodeObservation, released: bool, now: Time) {
-        self.engine.advance(now, &mut self.actions);
-        self.absorb(now, false);
+        self.begin(now);
         if self.nodes.active {
             self.nodes.seen.insert(node.name.clone());
         }
@@ -691,10 +582,21 @@ impl Pipeline {
         self.settle(now);
     }
 
+    /// A node was deleted. Its pods' pending evictions stay, as upstream's do.
     pub fn delete_node(&mut self, name: &str, now: Time) {
-        self.engine.advance(now, &mut self.actions);
-        self.absorb(now, false);
+        self.begin(now);
         self.delete_node_inner(name, now);
+        self.settle(now);
+    }
+
+    /// A node left this controller's view without being deleted (it no longer matches the
+    /// node selector). No decision made on its last taints stands: its pods' pending
+    /// evictions are cancelled, and attempts in flight told to stop.
+    pub fn node_left(&mut self, name: &str, now: Time) {
+        self.begin(now);
+        self.engine.forget_node(name, &mut self.actions);
+        self.absorb(now, false);
+        self.set_node_released(name, false);
         self.settle(now);
     }
 
@@ -706,12 +608,17 @@ impl Pipeline {
 
     /// A pod was added or updated.
     pub fn upsert_pod(&mut self, pod: PodObservation, now: Time) {
-        self.engine.advance(now, &mut self.actions);
-        self.absorb(now, false);
+        self.begin(now);
         if self.pods.active {
             self.pods
                 .seen
                 .insert((pod.namespace.clone(), pod.name.clone()));
+        }
+        if let Some(old) = self.engine.pod_view(&pod.namespace, &pod.name)
+            && old.pod.uid != pod.uid
+        {
+            let uid = old.pod.uid.clone();
+            self.guard.forget(&uid);
         }
         let terminating = pod.terminating;
         let key = (pod.namespace.clone(), pod.name.clone());
@@ -725,30 +632,120 @@ impl Pipeline {
 
     /// A pod was deleted (with `uid`, only that incarnation).
     pub fn delete_pod(&mut self, namespace: &str, name: &str, uid: Option<&Uid>, now: Time) {
-        self.engine.advance(now, &mut self.actions);
-        self.absorb(now, false);
+        self.begin(now);
+        if let Some(view) = self.engine.pod_view(namespace, name)
+            && uid.is_none_or(|u| *u == view.pod.uid)
+        {
+            let uid = view.pod.uid.clone();
+            self.guard.forget(&uid);
+        }
         self.engine
             .delete_pod(namespace, name, uid, now, &mut self.actions);
         self.absorb(now, false);
         self.settle(now);
     }
 
-    /// Leadership changed. Losing it stops every attempt in flight and parks the rest.
-    pub fn set_leading(&mut self, leading: bool, now: Time) {
-        if self.leading == leading {
-            return;
+    /// Leadership as the lease has it: `Some(term)` while this replica leads. The same term
+    /// with a later `until` renews it; another term, or `None`, ends the current one at once
+    /// (every attempt in flight is told to stop and the rest park), as does a term whose
+    /// deadline passes.
+    pub fn set_term(&mut self, term: Option<Term>, now: Time) {
+        let term = term.filter(|t| t.until > now);
+        match (self.term, term) {
+            (Some(old), Some(new)) if old.id == new.id => {
+                self.term = Some(Term {
+                    id: old.id,
+                    until: old.until.max(new.until),
+                });
+            }
+            (old, new) => {
+                if old.is_some() {
+                    self.end_term();
+                }
+                self.term = new;
+                if let Some(t) = new {
+                    self.last_term = self.last_term.max(t.id);
+                    self.guard.set_leading(true, now);
+                }
+            }
         }
-        self.leading = leading;
-        if !leading {
-            self.stop_acting();
-        }
+        self.begin(now);
         self.settle(now);
+    }
+
+    /// Lead without end, or stop leading (simulate, plan, tests): a new term each time.
+    pub fn set_leading(&mut self, leading: bool, now: Time) {
+        match (leading, self.term) {
+            (true, Some(_)) | (false, None) => {}
+            (true, None) => {
+                let id = self.last_term + 1;
+                self.set_term(
+                    Some(Term {
+                        id,
+                        until: Time::MAX,
+                    }),
+                    now,
+                );
+            }
+            (false, Some(_)) => self.set_term(None, now),
+        }
     }
 
     /// Stop acting for good (shutdown): every attempt in flight is told to stop.
     pub fn shutdown(&mut self) {
-        self.leading = false;
+        if self.term.is_some() {
+            self.end_term();
+        }
+        self.term = None;
         self.stop_acting();
+    }
+
+    /// Someone evicts a pod for a taint: judge whether it is another controller, and with
+    /// `refuse_if_foreign` stop acting if it is. Signs naming our Lease, about pods unknown or
+    /// on nodes without `NoExecute` taints, or from before our term are not counted.
+    pub fn foreign_sign(&mut self, sign: ForeignSign, now: Time) {
+        self.begin(now);
+        if sign.lease.is_some() && sign.lease == self.config.lease {
+            return;
+        }
+        let Some(view) = self.engine.pod_view(&sign.namespace, &sign.name) else {
+            return;
+        };
+        let watched = view
+            .pod
+            .node
+            .as_deref()
+            .is_some_and(|n| self.engine.node_taints(n).is_some());
+        if !watched {
+            return;
+        }
+        let uid = view.pod.uid.clone();
+        let finding = self.guard.judge(&uid, sign.kind, sign.at);
+        if finding == Finding::None {
+            return;
+        }
+        let evidence = match sign.kind {
+            SignKind::Mark => format!(
+                "pod {}/{} was marked for deletion by a taint (DisruptionTarget, DeletionByTaintManager) by someone other than this replica",
+                sign.namespace, sign.name
+            ),
+            SignKind::Announcement => format!(
+                "{} announced \"Marking for deletion Pod {}/{}\"",
+                sign.writer, sign.namespace, sign.name
+            ),
+        };
+        let refusing_now = self.config.refuse_if_foreign && !self.refusing;
+        self.effects.push_back(Effect::Foreign {
+            pod: format!("{}/{}", sign.namespace, sign.name),
+            evidence,
+            first: finding == Finding::First,
+            refusing: self.config.refuse_if_foreign,
+        });
+        if refusing_now {
+            self.refusing = true;
+            self.stop_acting();
+        }
+        self.settle(now);
     }
 
     /// The executor's report on an attempt. Returns whether it concluded a live eviction
@@ -761,6 +758,7 @@ impl Pipeline {
     /// next tick; so a driver whose executor answers at once (`simulate`, `plan`) cannot turn
     /// one batch's reports into firing every other deadline due.
     pub fn report(&mut self, report: AttemptReport, now: Time) -> bool {
+        self.expire_term(now);
         let Some(flight) = self.flights.remove(&report.attempt) else {
             // Not ours, or reported twice: nothing to free.
             self.settle(now);
@@ -773,14 +771,7 @@ impl Pipeline {
             && let Some(e) = self.entries.get_mut(&next)
             && e.at == Where::WaitingForPod
         {
-            let seq = self.front;
-            self.front -= 1;
-            e.at = Where::Queued(seq);
-            if e.retry {
-                self.retries.insert(seq, next);
-            } else {
-                self.fresh.insert(seq, next);
-            }
+            e.at = Where::Queued(self.queue.push_front(next, e.retry));
         }
         let current = self
             .entries
@@ -792,23 +783,59 @@ impl Pipeline {
                 // Stopped for leadership, not by the engine: the eviction goes on.
                 self.requeue(flight.eviction, now);
             } else if current {
-                self.conclude(flight.eviction, report.result, now);
+                self.conclude(&flight, report.result, now);
             }
             self.settle(now);
             return false;
         }
-        self.conclude(flight.eviction, report.result, now);
+        self.conclude(&flight, report.result, now);
         self.settle(now);
         true
     }
 
     // === Internals ===
 
-    fn conclude(&mut self, eviction: EvictionId, result: AttemptResult, now: Time) {
+    /// Before any input: end a term whose deadline passed, then fire what is due by `now`
+    /// (so no input overtakes a deadline).
+    fn begin(&mut self, now: Time) {
+        self.expire_term(now);
+        self.engine.advance(now, &mut self.actions);
+        self.absorb(now, false);
+    }
+
+    fn expire_term(&mut self, now: Time) {
+        if let Some(term) = self.term
+            && term.until <= now
+        {
+            self.end_term();
+            self.term = None;
+            self.effects
+                .push_back(Effect::TermExpired { term: term.id });
+        }
+    }
+
+    /// The term is over: stop every attempt, park the rest.
+    fn end_term(&mut self) {
+        self.guard.set_leading(false, Time::MIN);
+        self.stop_acting();
+    }
+
+    fn conclude(&mut self, flight: &Flight, result: AttemptResult, now: Time) {
+        let eviction = flight.eviction;
+        let mut guarded = false;
         let outcome = match result {
             AttemptResult::Evicted => Outcome::Evicted,
             AttemptResult::WouldEvict | AttemptResult::Gone(_) => Outcome::Gone,
-            AttemptResult::Stale => Outcome::Stale,
+            AttemptResult::Stale => {
+                let node = self.entries.get(&eviction).and_then(|e| e.pod.node.clone());
+                let version = node.as_deref().and_then(|n| self.engine.node_version(n));
+                // Decided again on a cache that moved under the attempt: the guard applies
+                // to what follows, so a read that is newer still can drop it.
+                guarded = true;
+                Outcome::Stale {
+                    cache_moved: version != flight.node_version,
+                }
+            }
             AttemptResult::Cancelled => {
                 self.requeue(eviction, now);
                 return;
@@ -843,11 +870,12 @@ impl Pipeline {
             self.entries.remove(&eviction);
         }
         self.engine.report(&report, now, &mut self.actions);
-        self.absorb(now, false);
+        self.absorb(now, guarded);
     }
 
     /// Send a due eviction on: to the pacer while acting, else parked. Used for fresh and
-    /// retried evictions and for attempts stopped without an answer.
+    /// retried evictions, attempts stopped without an answer, and queued evictions the brake
+    /// takes back.
     fn requeue(&mut self, eviction: EvictionId, now: Time) {
         let may_act = self.may_act();
         let Some(e) = self.entries.get_mut(&eviction) else {
@@ -892,10 +920,54 @@ impl Pipeline {
                 self.parked.insert(id);
             }
         }
-        self.fresh.clear();
-        self.retries.clear();
+        self.queue.clear();
         self.waiting.clear();
         self.brake_announced = false;
+    }
+
+    /// The brake now holds some nodes: evictions of their pods that wait in the queue go back
+    /// to the pacer, and attempts on them that have not yet written are told to hold.
+    fn hold_braked(&mut self, now: Time) {
+        let pacer = &self.pacer;
+        let entries = &self.entries;
+        let taken = self.queue.take_where(|id| {
+            entries
+                .get(&id)
+                .is_some_and(|e| pacer.brake_holds(e.pod.node.as_deref()))
+        });
+        for id in taken {
+            self.requeue(id, now);
+            self.announce_held(id);
+        }
+        let mut holds = Vec::new();
+        for (attempt, flight) in &mut self.flights {
+            if flight.cancelled || flight.held {
+                continue;
+            }
+            let node = self
+                .entries
+                .get(&flight.eviction)
+                .and_then(|e| e.pod.node.as_deref());
+            if self.pacer.brake_holds(node) {
+                flight.held = true;
+                holds.push(*attempt);
+            }
+        }
+        holds.sort();
+        self.effects.extend(holds.into_iter().map(Effect::Hold));
+    }
+
+    fn announce_held(&mut self, id: EvictionId) {
+        if self.pacer.holds(id)
+            && let Some(e) = self.entries.get(&id)
+        {
+            let by = self.held_by(e.pod.node.as_deref());
+            self.effects.push_back(Effect::Held {
+                pod: e.pod.clone(),
+                eviction: id,
+                by,
+            });
+        }
     }
 
     /// A pod became terminating: evictions of it that have not started are dropped, as the
@@ -942,14 +1014,7 @@ impl Pipeline {
             Where::Paced => {
                 self.pacer.cancel(eviction);
             }
-            Where::Queued(seq) => {
-                let queue = if entry.retry {
-                    &mut self.retries
-                } else {
-                    &mut self.fresh
-                };
-                queue.remove(&seq);
-            }
+            Where::Queued(place) => self.queue.remove(place),
             Where::Retrying => {}
             Where::WaitingForPod => {
                 let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
@@ -968,8 +1033,9 @@ impl Pipeline {
         }
     }
 
-    /// Carry the engine's actions into the pipeline. `pod_triggered`: they follow a pod event.
-    fn absorb(&mut self, now: Time, pod_triggered: bool) {
+    /// Carry the engine's actions into the pipeline. `guarded`: immediate evictions among them
+    /// re-read the node first (they follow a pod event, or a stale answer).
+    fn absorb(&mut self, now: Time, guarded: bool) {
         let mut actions = std::mem::take(&mut self.actions);
         for action in actions.drain(..) {
             match &action {
@@ -986,8 +1052,12 @@ impl Pipeline {
                         .filter(|_| *announce && self.may_act());
                     let pod = pod.clone();
                     self.effects.push_back(Effect::Decided(action));
-                    if let Some(event) = event {
-                        self.effects.push_back(Effect::PodEvent { pod, event });
+                    if let (Some(event), Some(term)) = (event, self.term) {
+                        self.effects.push_back(Effect::PodEvent {
+                            pod,
+                            event,
+                            term: term.id,
+                        });
                     }
                     continue;
                 }
@@ -1000,7 +1070,7 @@ impl Pipeline {
                 } => {
                     let id = *eviction;
                     let event = action.upstream_event();
-                    let immediate = pod_triggered
+                    let guarded = guarded
                         && !retry
                         && cause.as_ref().is_some_and(|c| c.verdict.is_immediate());
                     match self.entries.get_mut(&id) {
@@ -1013,7 +1083,7 @@ impl Pipeline {
                                     pod: pod.clone(),
                                     deadline: *deadline,
                                     cause: cause.clone(),
-                                    immediate,
+                                    guarded,
                                     event,
                                     failures: 0,
                                     refused_since: None,
@@ -1028,14 +1098,7 @@ impl Pipeline {
                     self.requeue(id, now);
                     if self.may_act() {
                         self.pace(now);
-                        if self.pacer.holds(id) {
-                            let by = self.held_by(pod.node.as_deref());
-                            self.effects.push_back(Effect::Held {
-                                pod: pod.clone(),
-                                eviction: id,
-                                by,
-                            });
-                        }
+                        self.announce_held(id);
                     }
                     continue;
                 }
@@ -1051,8 +1114,8 @@ impl Pipeline {
     }
 
     fn held_by(&self, node: Option<&str>) -> HeldBy {
-        let (nodes, tainted) = self.pacer.node_counts();
-        if self.pacer.braking() && !node.is_some_and(|n| self.pacer.is_released(n)) {
+        if self.pacer.brake_holds(node) {
+            let (nodes, tainted) = self.pacer.node_counts();
             HeldBy::Brake { tainted, nodes }
         } else {
             HeldBy::RateLimit
@@ -1069,6 +1132,9 @@ impl Pipeline {
                 node: node.to_string(),
                 released,
             });
+            if !released {
+                self.rebrake = true;
+            }
         }
     }
 
@@ -1088,22 +1154,33 @@ impl Pipeline {
         self.pace(now);
     }
 
-    /// Update the brake from the engine's node counts, announce it, release from the pacer
-    /// into the queue and start attempts while slots are free.
+    /// Update the brake from the engine's node counts, announce it, take back what it now
+    /// holds, release from the pacer into the queue and start attempts while slots are free.
     fn pace(&mut self, now: Time) {
         let (nodes, tainted) = self.engine.node_counts();
         if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
+            if matches!(change, BrakeChange::Engaged { .. }) {
+                self.rebrake = true;
+            }
             self.effects.push_back(Effect::Brake(change));
+        }
+        if std::mem::take(&mut self.rebrake) {
+            self.hold_braked(now);
         }
         if !self.may_act() {
             return;
         }
         let braking = self.pacer.braking();
-        if braking != self.brake_announced {
+        if braking != self.brake_announced
+            && let Some(term) = self.term
+        {
             self.brake_announced = braking;
             // Nothing to announce when a leader takes over with the brake off.
             let event = self.brake_event(braking);
-            self.effects.push_back(Effect::ControllerEvent(event));
+            self.effects.push_back(Effect::ControllerEvent {
+                event,
+                term: term.id,
+            });
         }
         let mut released = Vec::new();
         self.pacer.release(now, &mut released);
@@ -1111,42 +1188,30 @@ impl Pipeline {
             if let Some(e) = self.entries.get_mut(&id)
                 && e.at == Where::Paced
             {
-                let seq = self.back;
-                self.back += 1;
-                e.at = Where::Queued(seq);
-                if e.retry {
-                    self.retries.insert(seq, id);
-                } else {
-                    self.fresh.insert(seq, id);
-                }
+                e.at = Where::Queued(self.queue.push_back(id, e.retry));
             }
         }
         self.start_attempts(now);
     }
 
     fn start_attempts(&mut self, now: Time) {
+        let Some(term) = self.term else {
+            return;
+        };
         while self.flights.len() < self.config.concurrency.max(1) {
-            // Alternate between fresh work and retries when both wait.
-            let take_retry = match (self.fresh.is_empty(), self.retries.is_empty()) {
-                (true, true) => return,
-                (false, true) => false,
-                (true, false) => true,
-                (false, false) => self.retry_turn,
-            };
-            let next = if take_retry {
-                self.retries.pop_first()
-            } else {
-                self.fresh.pop_first()
-            }
-            .map(|(_, id)| id);
-            self.retry_turn = !take_retry;
-            let Some(id) = next else {
+            let Some(id) = self.queue.pop() else {
                 return;
             };
             let Some(entry) = self.entries.get_mut(&id) else {
                 continue;
             };
             if !matches!(entry.at, Where::Queued(_)) {
+                continue;
+            }
+            // The brake's rule applies to the queue as well as the pacer.
+            if self.pacer.brake_holds(entry.pod.node.as_deref()) {
+                self.requeue(id, now);
+                self.announce_held(id);
                 continue;
             }
             let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
@@ -1158,24 +1223,19 @@ impl Pipeline {
             let attempt = AttemptId(self.next_attempt);
             self.next_attempt += 1;
             entry.at = Where::InFlight(attempt);
-            let guard = self.config.stale_cache_guard && entry.immediate;
-            let fallback = self.config.mode == EvictionMode::Evict
-                && match (self.config.pdb_timeout, entry.refused_since) {
-                    (Some(limit), Some(since)) => now.since(since) >= limit,
-                    _ => false,
-                };
-            let finish = if self.config.dry_run {
-                Finish::Nothing
-            } else if self.config.mode == EvictionMode::Evict && !fallback {
-                Finish::Evict
-            } else {
-                Finish::Delete
+            let plan = self.plan(id, now);
+            let Some(entry) = self.entries.get_mut(&id) else {
+                continue;
             };
-            let first = entry.failures == 0;
             let generation = self
                 .engine
                 .pod_view(&entry.pod.namespace, &entry.pod.name)
                 .map_or(0, |v| v.generation);
+            let node_version = entry
+                .pod
+                .node
+                .as_deref()
+                .and_then(|n| self.engine.node_version(n));
             let start = Attempt {
                 id: attempt,
                 pod: entry.pod.clone(),
@@ -1184,31 +1244,58 @@ impl Pipeline {
                 due_at: entry.due_at,
                 generation,
                 cause: entry.cause.clone(),
-                two_requests: first
-                    && finish == Finish::Delete
-                    && !fallback
-                    && !guard
-                    && self.config.mode == EvictionMode::Delete,
-                guard,
-                finish,
-                fallback,
+                plan,
+                term: term.id,
             };
             if let Some(event) = entry.event.take() {
                 self.effects.push_back(Effect::PodEvent {
                     pod: entry.pod.clone(),
                     event,
+                    term: term.id,
                 });
             }
+            self.guard.started(&entry.pod.uid);
             self.flights.insert(
                 attempt,
                 Flight {
                     eviction: id,
                     pod: key.clone(),
                     cancelled: false,
+                    held: false,
+                    node_version,
                 },
             );
             self.busy.insert(key, attempt);
             self.effects.push_back(Effect::Start(start));
+        }
+    }
+
+    /// The requests of the next attempt of `id`.
+    fn plan(&self, id: EvictionId, now: Time) -> Plan {
+        let Some(entry) = self.entries.get(&id) else {
+            return Plan::PatchThenDelete;
+        };
+        let evict_api = self.config.mode == EvictionMode::Evict;
+        let guard = (self.config.stale_cache_guard && entry.guarded).then_some(StaleGuard {
+            comparison_operators: self.config.engine.comparison_operators,
+        });
+        let fallback = evict_api
+            && match (self.config.pdb_timeout, entry.refused_since) {
+                (Some(limit), Some(since)) => now.since(since) >= limit,
+                _ => false,
+            };
+        let finish = if self.config.dry_run {
+            Finish::Nothing
+        } else if evict_api && !fallback {
+            Finish::Evict
+        } else {
+            Finish::Delete { fallback }
+        };
+        if entry.failures == 0 && guard.is_none() && finish == (Finish::Delete { fallback: false })
+        {
+            Plan::PatchThenDelete
+        } else {
+            Plan::ReadFirst { guard, finish }
         }
     }
 
@@ -1424,8 +1511,8 @@ mod tests {
         p.upsert_pod(PodObservation::new("ns", "a", "ua", Some("n")), t(0));
         let mut now = 0;
         let mut attempt = starts(&drain(&mut p)).remove(0);
-        assert_eq!(attempt.finish, Finish::Evict);
-        while attempt.finish == Finish::Evict {
+        assert_eq!(attempt.finish(), Finish::Evict);
+        while attempt.finish() == Finish::Evict {
             p.report(
                 AttemptReport {
                     attempt: attempt.id,
@@ -1441,7 +1528,7 @@ mod tests {
             p.tick(t(now));
             attempt = starts(&drain(&mut p)).remove(0);
         }
-        assert!(attempt.fallback && attempt.finish == Finish::Delete);
+        assert!(attempt.fallback());
         assert!(now >= 5_000, "fell back at {now} ms");
     }
 
@@ -1485,7 +1572,7 @@ mod tests {
         p.upsert_pod(pod, t(0));
         let attempt = starts(&drain(&mut p)).remove(0);
         assert!(
-            attempt.guard,
+            attempt.guard().is_some(),
             "a pod-triggered immediate eviction is guarded"
         );
         // The node now carries only the tolerated taint (the watch delivers it first).
@@ -1498,7 +1585,7 @@ mod tests {
                 Effect::Decided(Action::Schedule { deadline, .. }) if *deadline == t(300_200))),
             "rescheduled from the Stale answer: {effects:?}"
         );
-        assert_eq!(p.engine().pending_count(), 1);
+        assert_eq!(p.engine.pending_count(), 1);
     }
 
     /// Issue 2 on a standby: the eviction was parked while the node changed; at takeover the
@@ -1556,7 +1643,7 @@ mod tests {
             },
             10,
         );
-        assert_eq!(p.engine().pending_count(), 1, "still pending");
+        assert_eq!(p.engine.pending_count(), 1, "still pending");
         let mut now = 10;
         let mut fallback = None;
         for _ in 0..20 {
@@ -1565,7 +1652,7 @@ mod tests {
             let Some(a) = starts(&drain(&mut p)).pop() else {
                 continue;
             };
-            if a.fallback {
+            if a.fallback() {
                 fallback = Some(a);
                 break;
             }
@@ -1580,9 +1667,9 @@ mod tests {
             );
         }
         let a = fallback.expect("a DELETE after the timeout");
-        assert_eq!(a.finish, Finish::Delete);
+        assert_eq!(a.finish(), Finish::Delete { fallback: true });
         report(&mut p, &a, AttemptResult::Evicted, now);
-        assert_eq!(p.engine().pending_count(), 0);
+        assert_eq!(p.engine.pending_count(), 0);
         assert_eq!(p.footprint(), 0);
     }
 
@@ -1616,10 +1703,10 @@ mod tests {
         .into_iter();
         let mut seen = Vec::new();
         while now < 10_000 {
-            seen.push((now, a.finish, a.fallback));
+            seen.push((now, a.finish(), a.fallback()));
             let result = results.next().unwrap_or(AttemptResult::Failed {
                 error: "still failing".into(),
-                refused: !a.fallback,
+                refused: !a.fallback(),
             });
             report(&mut p, &a, result, now);
             drain(&mut p);
@@ -1640,7 +1727,7 @@ mod tests {
         assert!(
             after
                 .iter()
-                .all(|(_, finish, f)| *f && *finish == Finish::Delete),
+                .all(|(_, finish, f)| *f && *finish == Finish::Delete { fallback: true }),
             "{seen:?}"
         );
     }
@@ -1666,7 +1753,8 @@ mod tests {
         let started = starts(&drain(&mut p));
         assert_eq!(started.len(), 1, "one slot");
         let rows: Vec<(String, Held, i64)> = p
-            .countdowns(|_| true)
+            .countdowns(|_| true, usize::MAX)
+            .rows
             .into_iter()
             .map(|c| (c.pod.to_string(), c.held, c.deadline.as_millis()))
             .collect();
@@ -1681,20 +1769,22 @@ mod tests {
             ]
         );
         let reasons: Vec<String> = p
-            .countdowns(|_| true)
+            .countdowns(|_| true, usize::MAX)
+            .rows
             .into_iter()
             .filter_map(|c| c.reason)
             .collect();
         assert!(reasons[2].contains("tolerated for 60s"), "{reasons:?}");
         assert!(reasons[0].contains("not tolerated"), "{reasons:?}");
         assert_eq!(
-            p.countdowns(|pod| &*pod.name == "slow").len(),
+            p.countdowns(|pod| &*pod.name == "slow", usize::MAX).total,
             1,
             "filtered"
         );
         report(&mut p, &started[0], AttemptResult::Evicted, 1_100);
         assert!(
-            p.countdowns(|_| true)
+            p.countdowns(|_| true, usize::MAX)
+                .rows
                 .iter()
                 .all(|c| c.pod.to_string() != running),
             "an evicted pod leaves the list"
@@ -1841,10 +1931,10 @@ mod tests {
         p.listing_started(Watched::Pods);
         p.upsert_pod(PodObservation::new("ns", "real", "ur", Some("n")), t(1));
         p.listing_done(Watched::Pods, t(1));
-        assert!(!p.engine().node_exists("ghost-node"));
-        assert!(p.engine().pod_view("ns", "ghost").is_none());
-        assert!(p.engine().pod_view("ns", "real").is_some());
-        assert_eq!(p.engine().node_counts(), (1, 1));
+        assert!(!p.engine.node_exists("ghost-node"));
+        assert!(p.engine.pod_view("ns", "ghost").is_none());
+        assert!(p.engine.pod_view("ns", "real").is_some());
+        assert_eq!(p.engine.node_counts(), (1, 1));
     }
 
     /// Issue 7: node churn under a per-node rate limit and failures leaves nothing behind.

@@ -1,0 +1,195 @@
+//! One attempt at an eviction: the requests the executor is asked to send (one [`Plan`] of the
+//! legal sequences), the stale-cache guard's judgement it applies, and how it ended.
+//!
+//! The pipeline chooses the plan; the executor only sends what the plan says, fetches what the
+//! guard needs and reports. It never judges a taint itself: [`StaleGuard::justifies`] is the
+//! engine's verdict function.
+
+use crate::action::{Cause, PodRef};
+use crate::observe::EvictionId;
+use crate::taint::Taint;
+use crate::time::Time;
+use crate::toleration::{Toleration, verdict};
+
+/// How an eviction ends: a DELETE (upstream's way) or an Eviction (policy/v1), which
+/// PodDisruptionBudgets can refuse.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum EvictionMode {
+    #[default]
+    Delete,
+    Evict,
+}
+
+/// One attempt's identity; reports name it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptId(pub u64);
+
+/// The request that ends a [`Plan::ReadFirst`] attempt.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The condition unless it is there, then DELETE with a UID precondition. `fallback`: the
+    /// Eviction API refused for longer than `--pdb-timeout`, so this attempt deletes instead.
+    Delete { fallback: bool },
+    /// POST an Eviction.
+    Evict,
+    /// Dry run: read and check, change nothing.
+    Nothing,
+}
+
+/// The stale-cache guard: before an immediate eviction a pod event triggered, the node is read
+/// afresh, and the eviction goes on only if its fresh taints still make it immediate. The
+/// judgement is the engine's verdict, with the engine's own switches.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StaleGuard {
+    pub(super) comparison_operators: bool,
+}
+
+impl StaleGuard {
+    /// The guard with the engine's switch for the `Lt`/`Gt` toleration operators.
+    pub fn new(comparison_operators: bool) -> StaleGuard {
+        StaleGuard {
+            comparison_operators,
+        }
+    }
+
+    /// Whether the node's fresh taints still justify evicting a pod with these tolerations
+    /// now. Only `NoExecute` taints count; none at all justifies nothing.
+    pub fn justifies(&self, taints: &[Taint], tolerations: &[Toleration]) -> bool {
+        let no_execute: Vec<Taint> = taints
+            .iter()
+            .filter(|t| t.is_no_execute())
+            .cloned()
+            .collect();
+        !no_execute.is_empty()
+            && verdict(&no_execute, tolerations, self.comparison_operators).is_immediate()
+    }
+}
+
+/// The requests of one attempt: the only legal sequences.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// The usual first attempt: the condition patch (its answer stands in for a GET), then a
+    /// DELETE preconditioned on the UID and the resourceVersion the patch returned.
+    PatchThenDelete,
+    /// Read the pod first (gone, replaced or terminating ends it), re-read the node if the
+    /// guard applies, then finish.
+    ReadFirst {
+        guard: Option<StaleGuard>,
+        finish: Finish,
+    },
+}
+
+/// One attempt at an eviction, for the executor to carry out and report on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub pod: PodRef,
+    pub eviction: EvictionId,
+    /// When the eviction was due (for the latency metric).
+    pub deadline: Time,
+    /// When the pacer was offered it: `start - due_at` is how long pacing held it.
+    pub due_at: Time,
+    /// The pod's `metadata.generation` as last observed (the condition's `observedGeneration`).
+    pub generation: i64,
+    /// Why it is evicted, as decided.
+    pub cause: Option<Cause>,
+    pub plan: Plan,
+    /// The term of leadership it was started in: it may write only while that term lasts.
+    pub term: u64,
+}
+
+impl Attempt {
+    /// The stale-cache guard, if it applies.
+    pub fn guard(&self) -> Option<StaleGuard> {
+        match &self.plan {
+            Plan::ReadFirst { guard, .. } => *guard,
+            Plan::PatchThenDelete => None,
+        }
+    }
+
+    /// How it ends.
+    pub fn finish(&self) -> Finish {
+        match &self.plan {
+            Plan::ReadFirst { finish, .. } => *finish,
+            Plan::PatchThenDelete => Finish::Delete { fallback: false },
+        }
+    }
+
+    /// Whether it deletes because the Eviction API refused for longer than `--pdb-timeout`.
+    pub fn fallback(&self) -> bool {
+        self.finish() == Finish::Delete { fallback: true }
+    }
+}
+
+/// Why an attempt did not evict and nothing is left to do.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GoneReason {
+    NotFound,
+    Replaced,
+    Terminating,
+}
+
+impl GoneReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoneReason::NotFound => "pod not found",
+            GoneReason::Replaced => "pod was replaced (another UID)",
+            GoneReason::Terminating => "pod is already terminating",
+        }
+    }
+}
+
+/// How an attempt ended, as the executor saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttemptResult {
+    Evicted,
+    /// Dry run: everything checked, nothing changed.
+    WouldEvict,
+    /// The stale-cache guard's fresh read of the node does not justify the eviction.
+    Stale,
+    Gone(GoneReason),
+    /// It failed. `refused` is true when the Eviction API answered with a refusal (a budget's
+    /// 429, a 500 for a pod under two budgets, a 403, a budget-update 409): those count
+    /// towards `--pdb-timeout`.
+    Failed {
+        error: String,
+        refused: bool,
+    },
+    /// Stopped before its next request: it was cancelled, held before its first write, or its
+    /// term ended.
+    Cancelled,
+}
+
+/// The executor's report on one attempt. Every started attempt is reported exactly once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptReport {
+    pub attempt: AttemptId,
+    pub result: AttemptResult,
+}
+
+/// Backoff between failed attempts of one eviction: initial × 2^(n-1), capped, ±25% jitter.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: std::time::Duration,
+    pub max: std::time::Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: std::time::Duration::from_millis(200),
+            max: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after the `failures`-th failure (1-based), given a uniform `jitter` in [0, 1).
+    pub fn delay(&self, failures: u32, jitter: f64) -> std::time::Duration {
+        let exp = self
+            .initial
+            .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+        exp.min(self.max)
+            .mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
+    }
+}

@@ -1,0 +1,142 @@
+//! What is counting down: every pending eviction, where it is held and why it is due, as
+//! `/status` serves it and `noexecute status` prints it. Bounded: at most `limit` rows are
+//! formatted, the earliest deadlines first, whatever the number pending.
+
+use std::collections::BinaryHeap;
+
+use super::{Pipeline, Where};
+use crate::action::{Cause, PodRef};
+use crate::engine::Stage;
+use crate::time::Time;
+
+/// Where a pending eviction is, as [`Pipeline::countdowns`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Counting down to its deadline in the engine.
+    Counting,
+    /// Due, but this replica may not act (not synced, not leading, or refusing).
+    Parked,
+    /// Due, held by the rate limits.
+    Pacing,
+    /// Due, held because the mass-eviction brake is engaged.
+    Brake,
+    /// Due, waiting for an executor slot (or for an earlier attempt on the pod).
+    Queued,
+    /// Being evicted now.
+    InFlight,
+    /// An attempt failed; the next is due at `at`.
+    Retrying { at: Option<Time> },
+}
+
+impl Held {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Held::Counting => "counting",
+            Held::Parked => "parked",
+            Held::Pacing => "pacing",
+            Held::Brake => "brake",
+            Held::Queued => "queued",
+            Held::InFlight => "in-flight",
+            Held::Retrying { .. } => "retrying",
+        }
+    }
+}
+
+/// One pending eviction: the pod (and its node), its deadline, where it is held and why.
+#[derive(Clone, Debug)]
+pub struct Countdown {
+    pub pod: PodRef,
+    pub deadline: Time,
+    pub held: Held,
+    /// Failed attempts so far.
+    pub failures: u32,
+    /// The taint and toleration that make it due (`None` if the node's taints are unknown).
+    pub reason: Option<String>,
+}
+
+/// The first rows by deadline, and how many the filter kept in all.
+#[derive(Clone, Debug)]
+pub struct Countdowns {
+    pub rows: Vec<Countdown>,
+    pub total: usize,
+}
+
+type Key = (Time, std::sync::Arc<str>, std::sync::Arc<str>);
+
+impl Pipeline {
+    /// The pending evictions of pods `keep` accepts, the `limit` earliest by deadline (then
+    /// pod), with where each is held and why it is due. O(pods × log limit); only the rows
+    /// returned are formatted.
+    pub fn countdowns(&self, keep: impl Fn(&PodRef) -> bool, limit: usize) -> Countdowns {
+        let mut total = 0;
+        let mut first: BinaryHeap<Key> = BinaryHeap::new();
+        for view in self.engine.pending() {
+            if view.eviction.is_none() || !keep(&view.pod) {
+                continue;
+            }
+            let Some(eviction) = view.eviction else {
+                continue;
+            };
+            total += 1;
+            let key = (
+                eviction.deadline,
+                view.pod.namespace.clone(),
+                view.pod.name.clone(),
+            );
+            if first.len() < limit {
+                first.push(key);
+            } else if first.peek().is_some_and(|top| key < *top) {
+                first.pop();
+                first.push(key);
+            }
+        }
+        let gate = self.config.engine.comparison_operators;
+        let rows = first
+            .into_sorted_vec()
+            .into_iter()
+            .filter_map(|(_, namespace, name)| {
+                let view = self.engine.pod_view(&namespace, &name)?;
+                let eviction = view.eviction?;
+                let entry = self.entries.get(&eviction.id);
+                let node = view.pod.node.as_deref();
+                let held = match entry.map(|e| &e.at) {
+                    None => match eviction.stage {
+                        Stage::Retrying => Held::Retrying {
+                            at: eviction.retry_at,
+                        },
+                        _ => Held::Counting,
+                    },
+                    Some(Where::Parked) => Held::Parked,
+                    Some(Where::Paced | Where::Queued(_) | Where::WaitingForPod)
+                        if self.pacer.brake_holds(node) =>
+                    {
+                        Held::Brake
+                    }
+                    Some(Where::Paced) => Held::Pacing,
+                    Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
+                    Some(Where::InFlight(_)) => Held::InFlight,
+                    Some(Where::Retrying) => Held::Retrying {
+                        at: eviction.retry_at,
+                    },
+                };
+                let cause = entry.and_then(|e| e.cause.clone()).or_else(|| {
+                    let taints = node.and_then(|n| self.engine.node_taints(n))?;
+                    let verdict = crate::toleration::verdict(taints, view.tolerations, gate);
+                    Some(Cause {
+                        taints: taints.into(),
+                        tolerations: view.tolerations.into(),
+                        verdict,
+                    })
+                });
+                Some(Countdown {
+                    pod: view.pod,
+                    deadline: eviction.deadline,
+                    held,
+                    failures: entry.map_or(0, |e| e.failures),
+                    reason: cause.map(|c| c.to_string()),
+                })
+            })
+            .collect();
+        Countdowns { rows, total }
+    }
+}
