@@ -373,7 +373,14 @@ impl<T> Pacer<T> {
 
     /// Start every held eviction that may start at `now`, in order, appending payloads.
     pub fn release(&mut self, now: Time, out: &mut Vec<T>) {
-        // Empty queues whose bucket has refilled carry no information any more.
+        self.tidy(now);
+        self.release_ready(now, out);
+    }
+
+    /// Forget empty node queues whose bucket has refilled by `now`: they carry no information
+    /// any more. (Also while nothing may start, so a replica that stopped acting holds nothing
+    /// for nodes whose evictions are all gone.)
+    pub fn tidy(&mut self, now: Time) {
         while let Some((at, key)) = self.idle.first().cloned() {
             if at > now {
                 break;
@@ -409,6 +416,9 @@ impl<T> Pacer<T> {
                 self.drop_queue_if_idle(&key);
             }
         }
+    }
+
+    fn release_ready(&mut self, now: Time, out: &mut Vec<T>) {
         while let Some((deadline, eviction, key)) = self.ready.first().cloned() {
             if let Some(rate) = self.config.rate {
                 let bucket = self.overall.get_or_insert_with(|| Bucket::full(&rate, now));

@@ -4,7 +4,8 @@
 
 use noexecute_engine::pace::{Brake, PaceConfig};
 use noexecute_engine::pipeline::{
-    Attempt, AttemptReport, AttemptResult, Effect as Fx, Held, Pipeline, PipelineConfig,
+    Attempt, AttemptReport, AttemptResult, Effect as Fx, ForeignSign, Held, Pipeline,
+    PipelineConfig, SignKind, Term, Watched,
 };
 use noexecute_engine::{NodeObservation, PodObservation, Taint, Time, Toleration};
 
@@ -161,5 +162,270 @@ fn a_stale_answer_older_than_the_cache_does_not_lose_the_eviction() {
     assert!(
         again[0].guard().is_some(),
         "the next attempt re-reads the node"
+    );
+}
+
+fn one_pod_on_a_tainted_node(config: PipelineConfig, term: Option<Term>) -> (Pipeline, Attempt) {
+    let mut p = Pipeline::new(config);
+    p.listing_started(Watched::Nodes);
+    p.listing_done(Watched::Nodes, t(0));
+    p.listing_started(Watched::Pods);
+    p.listing_done(Watched::Pods, t(0));
+    p.set_term(term, t(0));
+    p.upsert_node(&node("n", vec![Taint::no_execute("k", "v")]), false, t(0));
+    p.upsert_pod(PodObservation::new("ns", "p", "u", Some("n")), t(1));
+    let started = starts(&drain(&mut p));
+    assert_eq!(started.len(), 1);
+    (p, started[0].clone())
+}
+
+/// Hole 1, in flight: the brake engages while an attempt waits for the rate limiter, before
+/// its first write. It is told to hold; its `Cancelled` report parks it behind the brake, and
+/// it goes on once the brake lets go.
+#[test]
+fn the_brake_holds_an_attempt_that_has_not_written() {
+    let config = PipelineConfig {
+        pace: PaceConfig {
+            brake: Some(Brake {
+                threshold_percent: 50.0,
+                min_tainted_nodes: 1,
+            }),
+            ..PaceConfig::default()
+        },
+        ..PipelineConfig::default()
+    };
+    let mut p = Pipeline::acting(config);
+    for n in ["n", "m1", "m2", "m3"] {
+        p.upsert_node(&node(n, vec![]), false, t(0));
+    }
+    p.upsert_pod(PodObservation::new("ns", "p", "u", Some("n")), t(0));
+    p.upsert_node(&node("n", vec![Taint::no_execute("k", "v")]), false, t(1));
+    let first = starts(&drain(&mut p));
+    assert_eq!(first.len(), 1);
+    p.upsert_node(&node("m1", vec![Taint::no_execute("k", "v")]), false, t(2));
+    p.upsert_node(&node("m2", vec![Taint::no_execute("k", "v")]), false, t(2));
+    let effects = drain(&mut p);
+    assert!(p.braking());
+    assert!(
+        effects.contains(&Fx::Hold(first[0].id)),
+        "the attempt was not told to hold: {effects:?}"
+    );
+    report(&mut p, &first[0], AttemptResult::Cancelled, 3);
+    let mut during = drain(&mut p);
+    p.tick(t(60_000));
+    during.extend(drain(&mut p));
+    assert!(starts(&during).is_empty(), "restarted under the brake");
+    let held: Vec<Held> = p
+        .countdowns(|_| true, 10)
+        .rows
+        .iter()
+        .map(|c| c.held)
+        .collect();
+    assert_eq!(held, vec![Held::Brake]);
+    p.upsert_node(&node("m1", vec![]), false, t(61_000));
+    assert_eq!(starts(&drain(&mut p)).len(), 1, "goes on after the brake");
+}
+
+/// Hole 3: leadership is a term with a deadline. At the deadline, with no renewal and no word
+/// from the lease, the pipeline stops every attempt of the term and starts nothing more; a
+/// renewal moves the deadline; another term ends the old one at once.
+#[test]
+fn a_term_ends_at_its_deadline_unrenewed() {
+    let (mut p, first) = one_pod_on_a_tainted_node(
+        PipelineConfig::default(),
+        Some(Term {
+            id: 7,
+            until: t(10_000),
+        }),
+    );
+    assert_eq!(first.term, 7, "an attempt names its term");
+    // Renewed at 5 s until 15 s.
+    p.set_term(
+        Some(Term {
+            id: 7,
+            until: t(15_000),
+        }),
+        t(5_000),
+    );
+    assert!(drain(&mut p).iter().all(|e| !matches!(e, Fx::Cancel(_))));
+    assert_eq!(p.next_wake(), Some(t(15_000)), "it wakes for the deadline");
+    p.tick(t(15_000));
+    let effects = drain(&mut p);
+    assert!(effects.contains(&Fx::Cancel(first.id)), "{effects:?}");
+    assert!(effects.contains(&Fx::TermExpired { term: 7 }));
+    assert!(!p.may_act());
+    // A pod decided now is parked, not started.
+    p.upsert_pod(PodObservation::new("ns", "q", "uq", Some("n")), t(15_001));
+    assert!(starts(&drain(&mut p)).is_empty());
+    report(&mut p, &first, AttemptResult::Cancelled, 15_002);
+    assert!(starts(&drain(&mut p)).is_empty());
+    // A new term: both go, in it.
+    p.set_term(
+        Some(Term {
+            id: 8,
+            until: t(30_000),
+        }),
+        t(16_000),
+    );
+    let again = starts(&drain(&mut p));
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|a| a.term == 8));
+    // The lease shows another holder (term 9 is someone else's view; for us: none).
+    p.set_term(None, t(17_000));
+    let effects = drain(&mut p);
+    for a in &again {
+        assert!(effects.contains(&Fx::Cancel(a.id)), "{effects:?}");
+    }
+}
+
+/// A stall longer than the term: the first input after it (whatever it is) ends the term
+/// before anything else happens, so no due deadline starts an attempt in a dead term.
+#[test]
+fn a_stalled_leader_starts_nothing_when_it_wakes() {
+    let mut p = Pipeline::new(PipelineConfig::default());
+    p.listing_started(Watched::Nodes);
+    p.listing_done(Watched::Nodes, t(0));
+    p.listing_started(Watched::Pods);
+    p.listing_done(Watched::Pods, t(0));
+    p.set_term(
+        Some(Term {
+            id: 1,
+            until: t(10_000),
+        }),
+        t(0),
+    );
+    p.upsert_node(&node("n", vec![Taint::no_execute("k", "v")]), false, t(0));
+    let pod = PodObservation::new("ns", "p", "u", Some("n"))
+        .with_tolerations(vec![Toleration::exists("k", None).for_seconds(5)]);
+    p.upsert_pod(pod, t(0));
+    drain(&mut p);
+    // Frozen from 1 s to 60 s: the deadline (5 s) and the term's end (10 s) passed meanwhile.
+    p.upsert_pod(
+        PodObservation::new("ns", "other", "uo", Some("m")),
+        t(60_000),
+    );
+    let effects = drain(&mut p);
+    assert!(starts(&effects).is_empty(), "{effects:?}");
+    assert!(effects.contains(&Fx::TermExpired { term: 1 }));
+}
+
+/// Hole 2: a rolling restart. The old leader's last "Marking for deletion" Events reach the
+/// new leader's watch after it took over; they name our Lease, so they are never foreign, and
+/// `refuse_if_foreign` does not stop the new leader. Another controller's Event (no Lease) is.
+#[test]
+fn our_own_replicas_events_are_never_foreign() {
+    let config = PipelineConfig {
+        lease: Some("noexecute/noexecute".into()),
+        refuse_if_foreign: true,
+        ..PipelineConfig::default()
+    };
+    let (mut p, first) = one_pod_on_a_tainted_node(
+        config,
+        Some(Term {
+            id: 2,
+            until: Time::MAX,
+        }),
+    );
+    let sign = |lease: Option<&str>, at: i64| ForeignSign {
+        namespace: "ns".into(),
+        name: "p".into(),
+        kind: SignKind::Announcement,
+        at: t(at),
+        lease: lease.map(str::to_string),
+        writer: "taint-eviction-controller (old-replica)".into(),
+    };
+    // Well past the handover window: only the Lease tells it apart.
+    p.foreign_sign(sign(Some("noexecute/noexecute"), 20_000), t(20_000));
+    let effects = drain(&mut p);
+    assert!(
+        !effects.iter().any(|e| matches!(e, Fx::Foreign { .. })),
+        "{effects:?}"
+    );
+    assert!(p.may_act() && !p.refusing());
+    // Another taint eviction controller's Event: foreign, and refused.
+    p.foreign_sign(sign(None, 21_000), t(21_000));
+    let effects = drain(&mut p);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Fx::Foreign {
+            first: true,
+            refusing: true,
+            ..
+        }
+    )));
+    assert!(effects.contains(&Fx::Cancel(first.id)));
+    assert!(p.refusing() && !p.may_act());
+}
+
+/// Hole 5: a node relabelled out of `--node-selector` is another shard's. Its pods'
+/// evictions, decided on its last taints, must not fire: here a 60 s toleration would run out
+/// at 61 s, after the node left at 10 s (and was untainted by the other shard's view).
+#[test]
+fn a_node_that_leaves_the_selector_keeps_no_eviction() {
+    let mut p = Pipeline::acting(PipelineConfig::default());
+    p.upsert_node(&node("n", vec![Taint::no_execute("k", "v")]), false, t(0));
+    let pod = PodObservation::new("ns", "p", "u", Some("n"))
+        .with_tolerations(vec![Toleration::exists("k", None).for_seconds(60)]);
+    p.upsert_pod(pod, t(1_000));
+    drain(&mut p);
+    assert_eq!(p.pending(), 1);
+    p.node_left("n", t(10_000));
+    let mut effects = drain(&mut p);
+    for at in [61_000, 120_000] {
+        p.tick(t(at));
+        effects.extend(drain(&mut p));
+    }
+    assert!(starts(&effects).is_empty(), "{effects:?}");
+    assert_eq!(p.pending(), 0);
+    assert_eq!(p.next_wake(), None);
+    // A deletion keeps upstream's behaviour: the eviction stays.
+    let mut q = Pipeline::acting(PipelineConfig::default());
+    q.upsert_node(&node("n", vec![Taint::no_execute("k", "v")]), false, t(0));
+    let pod = PodObservation::new("ns", "p", "u", Some("n"))
+        .with_tolerations(vec![Toleration::exists("k", None).for_seconds(60)]);
+    q.upsert_pod(pod, t(1_000));
+    q.delete_node("n", t(10_000));
+    drain(&mut q);
+    q.tick(t(61_000));
+    assert_eq!(
+        starts(&drain(&mut q)).len(),
+        1,
+        "upstream's parity on deletion"
+    );
+}
+
+/// Hole 6: the guard's memory of pods (ours, already judged) is forgotten for pods a relist
+/// no longer has, as for deleted ones.
+#[test]
+fn the_guard_forgets_pods_a_relist_removed() {
+    let (mut p, first) = one_pod_on_a_tainted_node(
+        PipelineConfig::default(),
+        Some(Term {
+            id: 1,
+            until: Time::MAX,
+        }),
+    );
+    report(&mut p, &first, AttemptResult::Evicted, 2);
+    p.foreign_sign(
+        ForeignSign {
+            namespace: "ns".into(),
+            name: "p".into(),
+            kind: SignKind::Mark,
+            at: t(2),
+            lease: None,
+            writer: String::new(),
+        },
+        t(2),
+    );
+    drain(&mut p);
+    assert!(p.guard_memory() > 0);
+    // The relist does not have the pod: it was deleted while the watch was down.
+    p.listing_started(Watched::Pods);
+    p.listing_done(Watched::Pods, t(3));
+    drain(&mut p);
+    assert_eq!(
+        p.guard_memory(),
+        0,
+        "the guard still remembers a pod that is gone"
     );
 }

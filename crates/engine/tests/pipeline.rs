@@ -58,7 +58,7 @@ use std::time::Duration;
 use noexecute_engine::pace::{Brake, PaceConfig, Rate};
 use noexecute_engine::pipeline::{
     Attempt, AttemptId, AttemptReport, AttemptResult, Effect as Fx, EvictionMode, Finish,
-    GoneReason, Pipeline, PipelineConfig, Watched,
+    ForeignSign, GoneReason, Pipeline, PipelineConfig, SignKind, Term, Watched,
 };
 use noexecute_engine::toleration::verdict;
 use noexecute_engine::{
@@ -103,7 +103,12 @@ struct Setup {
     /// Deadlines a tick fires at most: 1 and 2 put batch boundaries inside every mass
     /// deadline of six pods.
     tick_batch: usize,
+    /// `refuse_if_foreign`: another controller's sign stops acting for good.
+    refuse: bool,
 }
+
+/// Our Lease, as our Events name it.
+const LEASE: &str = "ns/noexecute";
 
 impl Setup {
     fn config(&self) -> PipelineConfig {
@@ -132,6 +137,8 @@ impl Setup {
             stale_cache_guard: self.guard,
             seed: self.seed,
             tick_batch: self.tick_batch,
+            lease: Some(LEASE.into()),
+            refuse_if_foreign: self.refuse,
             ..PipelineConfig::default()
         }
     }
@@ -188,6 +195,18 @@ enum Op {
     },
     ListDone(Watched),
     Lead(bool),
+    /// Lead until `ms` from now: a renewal of the current term if it has a deadline, else a
+    /// new term.
+    Term {
+        ms: i64,
+    },
+    /// A sign that someone is evicting a pod: ours (naming our Lease) or another's.
+    Sign {
+        pod: usize,
+        ours: bool,
+        mark: bool,
+        ago_ms: i64,
+    },
     Advance {
         ms: i64,
     },
@@ -225,9 +244,22 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
         prop::bool::weighted(0.25),
         prop::bool::weighted(0.25),
         prop::sample::select(vec![1usize, 2, noexecute_engine::pipeline::TICK_BATCH]),
+        prop::bool::weighted(0.2),
     )
         .prop_map(
-            |(concurrency, rate, node_rate, brake, evict, guard, seed, slow, rare, tick_batch)| {
+            |(
+                concurrency,
+                rate,
+                node_rate,
+                brake,
+                evict,
+                guard,
+                seed,
+                slow,
+                rare,
+                tick_batch,
+                refuse,
+            )| {
                 Setup {
                     concurrency,
                     rate,
@@ -239,6 +271,7 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
                     slow_executor: slow,
                     rare_quiesce: rare,
                     tick_batch,
+                    refuse,
                 }
             },
         )
@@ -293,6 +326,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(what, mask)| Op::ListItems { what, mask }),
         1 => watched().prop_map(Op::ListDone),
         1 => prop::bool::weighted(0.7).prop_map(Op::Lead),
+        2 => (500..=6_000i64).prop_map(|ms| Op::Term { ms }),
+        1 => (0..PODS.len(), prop::bool::weighted(0.7), any::<bool>(), 0..=5_000i64)
+            .prop_map(|(pod, ours, mark, ago_ms)| Op::Sign { pod, ours, mark, ago_ms }),
         5 => (0..=3_000i64).prop_map(|ms| Op::Advance { ms }),
         3 => Just(Op::Wake),
         8 => (0..16usize, want_strategy()).prop_map(|(pick, want)| Op::Report { pick, want }),
@@ -389,8 +425,11 @@ struct TPod {
 #[derive(Debug)]
 struct Outstanding {
     attempt: Attempt,
-    /// The pipeline told it to stop, or leadership was lost since it started.
+    /// The pipeline told it to stop (or hold: it has written nothing here), or leadership was
+    /// lost since it started.
     may_cancel: bool,
+    /// Told to hold (the brake).
+    held: bool,
 }
 
 #[derive(Debug, Default)]
@@ -459,6 +498,10 @@ struct Harness {
     lag_nodes: BTreeSet<usize>,
     lag_pods: BTreeSet<usize>,
     listings: [Listing; 2],
+    /// Terms handed out so far (ids).
+    terms: u64,
+    /// The sign being delivered names our Lease.
+    sign_ours: bool,
 }
 
 impl Harness {
@@ -476,6 +519,8 @@ impl Harness {
             lag_nodes: BTreeSet::new(),
             lag_pods: BTreeSet::new(),
             listings: Default::default(),
+            terms: 0,
+            sign_ours: false,
         }
     }
 
@@ -485,6 +530,18 @@ impl Harness {
             self.check.effect(&fx)?;
             match fx {
                 Fx::Start(a) => {
+                    // Invariant 6: an attempt starts only in the current term, before its
+                    // deadline, and never while the brake holds its node.
+                    match self.p.term() {
+                        Some(t) if t.id == a.term && self.now < t.until => {}
+                        term => {
+                            return Err(format!(
+                                "invariant 6: attempt {:?} started in term {} at {}, the term \
+                                 being {term:?}",
+                                a.id, a.term, self.now
+                            ));
+                        }
+                    }
                     if let Some(o) = self.outstanding.values().find(|o| {
                         o.attempt.pod.namespace == a.pod.namespace
                             && o.attempt.pod.name == a.pod.name
@@ -499,6 +556,7 @@ impl Harness {
                         Outstanding {
                             attempt: a,
                             may_cancel: false,
+                            held: false,
                         },
                     );
                     if self.outstanding.len() > self.setup.concurrency {
@@ -513,6 +571,18 @@ impl Harness {
                     if let Some(o) = self.outstanding.get_mut(&id) {
                         o.may_cancel = true;
                     }
+                }
+                Fx::Hold(id) => match self.outstanding.get_mut(&id) {
+                    Some(o) => {
+                        o.may_cancel = true;
+                        o.held = true;
+                    }
+                    None => return Err(format!("Hold for {id:?}, which is not outstanding")),
+                },
+                Fx::Foreign { .. } if self.sign_ours => {
+                    return Err(
+                        "invariant 7: a sign naming our own Lease was judged foreign".into(),
+                    );
                 }
                 _ => {}
             }
@@ -596,10 +666,25 @@ impl Harness {
         Ok(())
     }
 
+    /// Lead without a deadline (a new term unless already in one without a deadline), or stop.
     fn set_leading(&mut self, leading: bool) -> Res {
         let lost = self.leading && !leading;
         self.leading = leading;
-        self.p.set_leading(leading, self.now);
+        let term = if leading {
+            match self.p.term() {
+                Some(t) if t.until == Time::MAX => Some(t),
+                _ => {
+                    self.terms += 1;
+                    Some(Term {
+                        id: self.terms,
+                        until: Time::MAX,
+                    })
+                }
+            }
+        } else {
+            None
+        };
+        self.p.set_term(term, self.now);
         if lost {
             for o in self.outstanding.values_mut() {
                 o.may_cancel = true;
@@ -829,6 +914,43 @@ impl Harness {
             Op::ListItems { what, mask } => self.list_items(*what, *mask)?,
             Op::ListDone(what) => self.listing_done(*what)?,
             Op::Lead(leading) => self.set_leading(*leading)?,
+            Op::Term { ms } => {
+                let until = self.now.plus(Duration::from_millis(ms.unsigned_abs()));
+                let id = match self.p.term() {
+                    Some(t) if t.until != Time::MAX => t.id,
+                    _ => {
+                        self.terms += 1;
+                        self.terms
+                    }
+                };
+                self.leading = true;
+                self.p.set_term(Some(Term { id, until }), self.now);
+                self.pump()?;
+            }
+            Op::Sign {
+                pod,
+                ours,
+                mark,
+                ago_ms,
+            } => {
+                self.sign_ours = *ours;
+                let sign = ForeignSign {
+                    namespace: NAMESPACE.into(),
+                    name: PODS[*pod].into(),
+                    kind: if *mark {
+                        SignKind::Mark
+                    } else {
+                        SignKind::Announcement
+                    },
+                    at: Time::from_millis(self.now.as_millis() - ago_ms),
+                    lease: ours.then(|| LEASE.to_string()),
+                    writer: "a test".into(),
+                };
+                self.p.foreign_sign(sign, self.now);
+                let result = self.pump();
+                self.sign_ours = false;
+                result?;
+            }
             Op::Advance { ms } => {
                 self.now = self.now.plus(Duration::from_millis(ms.unsigned_abs()));
                 self.p.tick(self.now);
@@ -878,7 +1000,43 @@ impl Harness {
             }
         }
         self.check.end_of_step()?;
+        self.check_fences()?;
         self.check_footprint()
+    }
+
+    /// Invariant 6: after every step, every outstanding attempt that may not write any more
+    /// (its term is over or past its deadline, or the replica refuses) has been told to stop,
+    /// and every one whose node the brake holds has been told to hold (or stop).
+    fn check_fences(&self) -> Res {
+        for (id, o) in &self.outstanding {
+            let told = self.check.open.get(id).is_some_and(|(_, told)| *told);
+            if told {
+                continue;
+            }
+            let term_ok = self
+                .p
+                .term()
+                .is_some_and(|t| t.id == o.attempt.term && self.now < t.until);
+            if !term_ok || self.p.refusing() {
+                return Err(format!(
+                    "invariant 6: attempt {id:?} of term {} may not write (term {:?}, refusing \
+                     {}, now {}) but was not told to stop",
+                    o.attempt.term,
+                    self.p.term(),
+                    self.p.refusing(),
+                    self.now
+                ));
+            }
+            let node = o.attempt.pod.node.as_deref();
+            let braked = self.p.braking() && !node.is_some_and(|n| self.p.is_released(n));
+            if braked && !o.held {
+                return Err(format!(
+                    "invariant 6: the brake holds {} but attempt {id:?} was not told to hold",
+                    o.attempt.pod
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Invariant 5. A tidy pipeline holds, per due eviction it tracks, the entry and its one
@@ -924,6 +1082,10 @@ impl Harness {
         }
         self.drain(delete)?;
         self.check.end_of_step()?;
+        if self.p.refusing() {
+            // Refusing stops acting for good: nothing is evicted any more, by design.
+            return Ok(());
+        }
         // Nothing lost: every pod on an existing tainted node that does not tolerate its taints
         // forever is terminating.
         for (index, pod) in &self.pods {

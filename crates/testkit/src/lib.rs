@@ -33,10 +33,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config};
 
-/// Leader-election timings for tests: client-go's 15/10/2 s ratios, shortened to 4/3/0.5 s.
+/// Leader-election timings for tests: client-go's 15/10/2 s ratios, shortened to 5/3/0.5 s (the renew gap of 2 s leaves requests 1.5 s).
 pub const SHORT_LEASE: [&str; 6] = [
     "--leader-elect-lease-duration",
-    "4s",
+    "5s",
     "--leader-elect-renew-deadline",
     "3s",
     "--leader-elect-retry-period",

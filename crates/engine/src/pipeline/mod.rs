@@ -1168,6 +1168,7 @@ impl Pipeline {
             self.hold_braked(now);
         }
         if !self.may_act() {
+            self.pacer.tidy(now);
             return;
         }
         let braking = self.pacer.braking();
