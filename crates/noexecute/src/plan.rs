@@ -387,23 +387,7 @@ fn forever_reason(
     format!("tolerates forever: {}", parts.join("; "))
 }
 
-/// `+0s`, `+45s`, `+5m00s`, `+1h02m`.
-pub fn relative(t: Time, now: Time) -> String {
-    let s = t.since(now).as_secs();
-    if s >= 3600 {
-        format!("+{}h{:02}m", s / 3600, (s % 3600) / 60)
-    } else if s >= 60 {
-        format!("+{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("+{s}s")
-    }
-}
-
-/// RFC 3339 for a wall-clock engine time.
-pub fn timestamp(t: Time) -> String {
-    k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
-        .map_or_else(|_| format!("{}ms", t.as_millis()), |ts| ts.to_string())
-}
+pub use crate::time::{relative, timestamp};
 
 #[cfg(test)]
 mod tests {

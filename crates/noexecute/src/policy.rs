@@ -41,8 +41,8 @@ pub fn release_annotated(meta: &kube::core::ObjectMeta) -> bool {
 }
 use serde::Deserialize;
 
-use crate::scenario::Offset;
 use crate::selector::Selector;
+use crate::time::Offset;
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -19,7 +19,6 @@
 //! format allows but the semantics do not).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::Path;
 
 use noexecute_engine::{Effect, Operator, Taint, Time, Toleration};
@@ -28,98 +27,8 @@ use serde::Deserialize;
 /// Errors loading a scenario; see [`crate::input::InputError`].
 pub type ScenarioError = crate::input::InputError;
 
-/// A duration in a scenario: `90s`, `5m`, `1h30m`, `1.5s`, or plain (possibly fractional)
-/// seconds. Held as milliseconds.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Offset(pub i64);
-
-impl Offset {
-    pub fn time(self) -> Time {
-        Time::from_millis(self.0)
-    }
-
-    pub fn parse(text: &str) -> Result<Offset, String> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err("empty duration".into());
-        }
-        if let Ok(secs) = text.parse::<f64>() {
-            return Offset::from_secs(secs);
-        }
-        let mut total = 0f64;
-        let mut number = String::new();
-        let mut chars = text.chars().peekable();
-        let mut any_unit = false;
-        while let Some(c) = chars.next() {
-            if c.is_ascii_digit() || c == '.' {
-                number.push(c);
-                continue;
-            }
-            let unit = if c == 'm' && chars.peek() == Some(&'s') {
-                chars.next();
-                0.001
-            } else {
-                match c {
-                    'h' => 3600.0,
-                    'm' => 60.0,
-                    's' => 1.0,
-                    _ => return Err(format!("unexpected {c:?} in duration {text:?}")),
-                }
-            };
-            let value: f64 = number
-                .parse()
-                .map_err(|_| format!("missing number before unit in duration {text:?}"))?;
-            total += value * unit;
-            number.clear();
-            any_unit = true;
-        }
-        if !number.is_empty() || !any_unit {
-            return Err(format!(
-                "duration {text:?} needs a unit after every number (h, m, s, ms), e.g. 90s or 1h30m"
-            ));
-        }
-        Offset::from_secs(total)
-    }
-
-    fn from_secs(secs: f64) -> Result<Offset, String> {
-        if !secs.is_finite() || secs < 0.0 {
-            return Err(format!(
-                "duration must be a non-negative number of seconds, got {secs}"
-            ));
-        }
-        if secs > 1e12 {
-            return Err(format!("duration of {secs} seconds is too long"));
-        }
-        Ok(Offset((secs * 1000.0).round() as i64))
-    }
-}
-
-impl fmt::Display for Offset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = self.0;
-        if ms % 1000 == 0 {
-            write!(f, "{}s", ms / 1000)
-        } else {
-            write!(f, "{:.3}s", ms as f64 / 1000.0)
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Offset {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(f64),
-            Text(String),
-        }
-        let parsed = match Raw::deserialize(d)? {
-            Raw::Number(n) => Offset::from_secs(n),
-            Raw::Text(t) => Offset::parse(&t),
-        };
-        parsed.map_err(serde::de::Error::custom)
-    }
-}
+/// Durations in scenarios (`90s`, `5m`, `1h30m`): the same type as every duration flag.
+pub use crate::time::Offset;
 
 /// `NodeSpec.taints[]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]

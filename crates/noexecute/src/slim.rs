@@ -114,7 +114,7 @@ fn release_annotation<'de, D: Deserializer<'de>>(
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut kept = None;
             while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                if key == crate::policy::RELEASE_ANNOTATION {
+                if key == noexecute_engine::pipeline::RELEASE_ANNOTATION {
                     let value: String = map.next_value()?;
                     kept = Some([(key.into_owned(), value)].into());
                 } else {

@@ -101,11 +101,12 @@ async fn killing_the_leader_mid_countdown_hands_over_without_double_deletes() ->
         "pods deleted more than once? b's log:\n{}",
         b.log_text()
     );
-    assert_eq!(
-        b.metric("taint_eviction_controller_pod_deletions_total")
-            .await?,
-        Some(3.0)
-    );
+    b.wait_metric(
+        "taint_eviction_controller_pod_deletions_total",
+        3.0,
+        Duration::from_secs(5),
+    )
+    .await?;
     ns.cleanup().await
 }
 

@@ -108,10 +108,12 @@ async fn dry_run_decides_and_records_but_deletes_nothing() -> Result<()> {
             .then_some(()))
     })
     .await?;
-    assert_eq!(
-        c.metric("noexecute_dry_run_evictions_total").await?,
-        Some(1.0)
-    );
+    c.wait_metric(
+        "noexecute_dry_run_evictions_total",
+        1.0,
+        Duration::from_secs(5),
+    )
+    .await?;
     assert_eq!(
         c.metric("taint_eviction_controller_pod_deletions_total")
             .await?,
@@ -250,7 +252,8 @@ async fn eviction_mode_respects_budgets_and_falls_back_after_the_pdb_timeout() -
         .await?
         .unwrap_or(0.0);
     assert!(blocked >= 2.0, "blocked {blocked} times");
-    assert_eq!(c.metric("noexecute_pdb_timeouts_total").await?, Some(2.0));
+    c.wait_metric("noexecute_pdb_timeouts_total", 2.0, Duration::from_secs(5))
+        .await?;
     ns.cleanup().await
 }
 
@@ -295,7 +298,8 @@ async fn eviction_mode_deletes_a_pod_under_two_budgets_after_the_pdb_timeout() -
         Some("DeletionByTaintManager"),
         "our DELETE"
     );
-    assert_eq!(c.metric("noexecute_pdb_timeouts_total").await?, Some(1.0));
+    c.wait_metric("noexecute_pdb_timeouts_total", 1.0, Duration::from_secs(5))
+        .await?;
     assert!(
         c.log_text().contains("more than one PodDisruptionBudget"),
         "the 500 was seen and logged"

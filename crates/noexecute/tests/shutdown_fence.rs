@@ -143,8 +143,8 @@ async fn no_request_of_the_old_leader_follows_the_standbys_first_write() -> Resu
     let _ = standby.terminate(Duration::from_secs(20)).await?;
 
     let all = writes(&log, &ns.name)?;
-    let old_agent = format!("(old-{})", ns.name);
-    let new_agent = format!("(standby-{})", ns.name);
+    let old_agent = format!("(old-{}_", ns.name);
+    let new_agent = format!("(standby-{}_", ns.name);
     let first_new = all
         .iter()
         .find(|w| w.agent.contains(&new_agent))

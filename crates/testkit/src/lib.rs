@@ -52,6 +52,29 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// A running control plane started by `scripts/cluster`.
+/// One completed write, as the API server's audit log has it.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    /// `create`, `update`, `patch`, `delete`, ...
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub user: String,
+    /// noexecute's carries the replica's identity: `noexecute/VERSION (IDENTITY)`.
+    pub user_agent: String,
+    pub code: u16,
+    pub received: k8s_openapi::jiff::Timestamp,
+}
+
+impl AuditEntry {
+    /// A write that succeeded.
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Plane {
     pub name: String,
@@ -210,6 +233,48 @@ impl Plane {
             );
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Every write the API server has completed so far, from its audit log
+    /// (`scripts/cluster` records writes to pods, their status and evictions, Events, Leases
+    /// and nodes), oldest first.
+    pub fn audit(&self) -> Result<Vec<AuditEntry>> {
+        let path = self.state_dir.join("audit.log");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the audit log {}", path.display()))?;
+        let mut entries = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            let field = |p: &str| {
+                v.pointer(p)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let received = field("/requestReceivedTimestamp");
+            let received: k8s_openapi::jiff::Timestamp = received.parse().with_context(|| {
+                format!("{}:{}: requestReceivedTimestamp", path.display(), i + 1)
+            })?;
+            entries.push(AuditEntry {
+                verb: field("/verb"),
+                resource: field("/objectRef/resource"),
+                subresource: field("/objectRef/subresource"),
+                namespace: field("/objectRef/namespace"),
+                name: field("/objectRef/name"),
+                user: field("/user/username"),
+                user_agent: field("/userAgent"),
+                code: v
+                    .pointer("/responseStatus/code")
+                    .and_then(|c| c.as_u64())
+                    .unwrap_or(0) as u16,
+                received,
+            });
+        }
+        Ok(entries)
     }
 
     /// Pod DELETEs the API server answered with success, from its own metrics.
@@ -835,6 +900,22 @@ impl Controller {
     pub async fn kill(&mut self) -> Result<()> {
         self.child.kill().await?;
         Ok(())
+    }
+
+    /// Wait (bounded) until `sample` reads `want`. A counter the controller bumps after an
+    /// API response can lag what a watch already showed; read it this way, never once.
+    pub async fn wait_metric(&self, sample: &str, want: f64, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let value = self.metric(sample).await?;
+            if value == Some(want) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!("{sample} reads {value:?} after {timeout:?}, want {want}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// SIGTERM and wait for the exit code (bounded).

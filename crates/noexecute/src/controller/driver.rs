@@ -432,7 +432,7 @@ impl Driver {
                 mut event,
                 term,
             } => {
-                if self.policy.dry_run {
+                if self.pipeline.config().dry_run {
                     event.message = format!("[dry-run] {}", event.message);
                 }
                 self.events.record(&pod, event, term);
@@ -473,7 +473,7 @@ impl Driver {
                             nodes,
                             threshold_percent = threshold,
                             held,
-                            released = self.policy.release_brake,
+                            released = self.pipeline.config().release_brake,
                             "mass-eviction brake engaged: evictions paused"
                         );
                     }
@@ -516,7 +516,7 @@ fn log_decision(action: &Action) {
             cause,
             ..
         } => {
-            tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::plan::timestamp(*deadline), %cause, "eviction scheduled");
+            tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::time::timestamp(*deadline), %cause, "eviction scheduled");
         }
         Action::Cancel { pod, reason, .. } => {
             tracing::info!(pod = %pod, reason = reason.as_str(), "eviction cancelled");

@@ -171,9 +171,6 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
 {{- fail "leaderElection.enabled=false needs replicaCount 1: every replica would act" -}}
 {{- end -}}
-{{- if and .Values.controller.identity (gt (int .Values.replicaCount) 1) -}}
-{{- fail "controller.identity is shared by every replica: set it only with replicaCount 1" -}}
-{{- end -}}
 {{- if and .Values.adminServer.insecure .Values.adminServer.tls.secretName -}}
 {{- fail "adminServer.insecure serves plain HTTP: unset adminServer.tls.secretName, or insecure" -}}
 {{- end -}}
