@@ -570,6 +570,7 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
                 finish: Finish::Delete { fallback: false },
             },
             term: 1,
+            announce: None,
         };
         let control = executor::Control::new(
             tokio_util::sync::CancellationToken::new(),

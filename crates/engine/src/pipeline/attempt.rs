@@ -96,6 +96,9 @@ pub struct Attempt {
     pub plan: Plan,
     /// The term of leadership it was started in: it may write only while that term lasts.
     pub term: u64,
+    /// Upstream's "Marking for deletion" event, to record just before the first write (a dry
+    /// run records it when it would have written).
+    pub announce: Option<crate::action::UpstreamEvent>,
 }
 
 impl Attempt {

@@ -220,7 +220,10 @@ struct Entry {
     cause: Option<Cause>,
     /// Decided at once on a pod event (or after a stale answer): the stale-cache guard applies.
     guarded: bool,
-    /// Upstream's "Marking for deletion" event, recorded when the first attempt starts.
+    /// Upstream's "Marking for deletion" event: every attempt carries it until one has
+    /// reported anything but `Cancelled` (the executor records it just before the attempt's
+    /// first write, so an attempt the brake or a term stopped before writing announces
+    /// nothing).
     event: Option<UpstreamEvent>,
     failures: u32,
     /// When the Eviction API first refused it.
@@ -777,6 +780,12 @@ impl Pipeline {
             .entries
             .get(&flight.eviction)
             .is_some_and(|e| e.at == Where::InFlight(report.attempt));
+        if report.result != AttemptResult::Cancelled
+            && let Some(e) = self.entries.get_mut(&flight.eviction)
+        {
+            // It got as far as it could: the announcement was made (or is moot).
+            e.event = None;
+        }
         if flight.cancelled || !current {
             // The eviction was cancelled (or the report is late): its outcome changes nothing.
             if current && report.result == AttemptResult::Cancelled {
@@ -1247,14 +1256,8 @@ impl Pipeline {
                 cause: entry.cause.clone(),
                 plan,
                 term: term.id,
+                announce: entry.event.clone(),
             };
-            if let Some(event) = entry.event.take() {
-                self.effects.push_back(Effect::PodEvent {
-                    pod: entry.pod.clone(),
-                    event,
-                    term: term.id,
-                });
-            }
             self.guard.started(&entry.pod.uid);
             self.flights.insert(
                 attempt,

@@ -412,7 +412,8 @@ impl Driver {
     fn effect(&mut self, effect: Effect) {
         match effect {
             Effect::Start(attempt) => {
-                let (cancel, hold) = (CancellationToken::new(), CancellationToken::new());
+                let cancel = CancellationToken::new();
+                let hold = cancel.child_token();
                 self.attempts
                     .insert(attempt.id, (cancel.clone(), hold.clone()));
                 self.executor.start(attempt, Control::new(cancel, hold));

@@ -137,18 +137,21 @@ struct Sender {
 impl Sender {
     async fn run(mut self, mut rx: mpsc::Receiver<Request>, shutdown: CancellationToken) {
         loop {
+            // The shutdown first: a long queue must not keep the flush below from starting
+            // (nor keep the process, and so the Lease, for as long as the queue lasts).
             let request = tokio::select! {
                 biased;
-                r = rx.recv() => match r { Some(r) => r, None => return },
                 _ = shutdown.cancelled() => {
-                    // Flush what is queued, briefly, then stop.
-                    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-                    while let Ok(r) = rx.try_recv() {
-                        if tokio::time::Instant::now() > deadline { break; }
-                        self.send(r).await;
-                    }
+                    // Flush what is queued for at most 2 s (each write still fenced), then stop.
+                    let flush = async {
+                        while let Ok(r) = rx.try_recv() {
+                            self.send(r).await;
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(2), flush).await;
                     return;
                 }
+                r = rx.recv() => match r { Some(r) => r, None => return },
             };
             self.send(request).await;
         }
@@ -186,8 +189,11 @@ impl Sender {
             r.event.message.clone(),
         );
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        self.limiter.acquire_background().await;
-        // The fence, after the wait: a term that ended meanwhile writes nothing.
+        // The fence, before the wait (an event of an ended term costs no token) and after it
+        // (a term that ended meanwhile writes nothing).
+        if self.leadership.may_write(r.term) {
+            self.limiter.acquire_background().await;
+        }
         if !self.leadership.may_write(r.term) {
             self.metrics.events_fenced.inc();
             tracing::debug!(

@@ -72,13 +72,16 @@ pub struct Executor {
     config: ExecutorConfig,
     node_reads: Arc<NodeReads>,
     tasks: TaskTracker,
+    /// Where an attempt's announcement goes, just before its first write.
+    events: Option<super::events::EventSink>,
 }
 
 /// How the driver stops an attempt, and what the attempt has done so far.
 pub struct Control {
     /// Send nothing more.
     pub cancel: CancellationToken,
-    /// The brake holds it: send nothing if nothing was written yet.
+    /// The brake holds it: send nothing if nothing was written yet. Make it a child of
+    /// `cancel` (a cancel holds too).
     pub hold: CancellationToken,
     wrote: std::sync::atomic::AtomicBool,
 }
@@ -149,6 +152,22 @@ impl Executor {
             config,
             node_reads: Arc::new(Mutex::new(HashMap::new())),
             tasks: TaskTracker::new(),
+            events: None,
+        }
+    }
+
+    /// Record attempts' announcements ("Marking for deletion") here.
+    pub fn with_events(mut self, events: super::events::EventSink) -> Executor {
+        self.events = Some(events);
+        self
+    }
+
+    /// The attempt's announcement, recorded once (`prefix`: "[dry-run] " for a dry run).
+    fn announce(&self, a: &Attempt, prefix: &str) {
+        if let (Some(events), Some(event)) = (&self.events, &a.announce) {
+            let mut event = event.clone();
+            event.message = format!("{prefix}{}", event.message);
+            events.record(&a.pod, event, a.term);
         }
     }
 
@@ -205,27 +224,40 @@ impl Executor {
         }
     }
 
-    /// Wait for the rate limiter (or the cancel), check the cancel and, for a mutating
-    /// request, the hold (before the first write) and the fence of the attempt's term, then
-    /// run `request` within the timeout.
+    /// Wait for `tokens` of the rate limiter (0: paid for by the previous request of the
+    /// attempt), stopping at the cancel (or, while nothing is written, the hold); then check
+    /// the cancel, the hold before the first write, and the fence of the attempt's term before
+    /// every write; then run `request` within the timeout.
     async fn call<T>(
         &self,
         verb: &'static str,
+        tokens: u32,
         a: &Attempt,
         control: &Control,
         request: impl std::future::Future<Output = kube::Result<T>>,
     ) -> Result<T, CallError> {
         use std::sync::atomic::Ordering;
-        if !self.limiter.acquire_unless(&control.cancel).await || control.cancel.is_cancelled() {
+        let wrote = control.wrote.load(Ordering::Relaxed);
+        // Until the first write, a hold stops the wait too (the hold fires with the cancel).
+        let stop = if wrote {
+            &control.cancel
+        } else {
+            &control.hold
+        };
+        if tokens > 0 && !self.limiter.acquire_n_unless(tokens, stop).await {
             return Err(CallError::Stopped);
         }
-        let mutating = verb != "get";
-        if mutating {
-            let first = !control.wrote.load(Ordering::Relaxed);
-            if (first && control.hold.is_cancelled()) || !self.leadership.may_write(a.term) {
+        if control.cancel.is_cancelled() || (!wrote && control.hold.is_cancelled()) {
+            return Err(CallError::Stopped);
+        }
+        if verb != "get" {
+            if !self.leadership.may_write(a.term) {
                 return Err(CallError::Stopped);
             }
-            control.wrote.store(true, Ordering::Relaxed);
+            if !control.wrote.swap(true, Ordering::Relaxed) {
+                // Upstream announces an eviction as it starts to carry it out.
+                self.announce(a, "");
+            }
         }
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
@@ -262,7 +294,7 @@ impl Executor {
             Plan::ReadFirst { guard, finish } => (*guard, *finish),
         };
         let name: &str = &a.pod.name;
-        let pod = match self.call("get", a, control, api.get(name)).await {
+        let pod = match self.call("get", 1, a, control, api.get(name)).await {
             Ok(p) => p,
             Err(CallError::Status(404, _)) => return AttemptResult::Gone(GoneReason::NotFound),
             Err(e) => return failed("get", e),
@@ -282,9 +314,10 @@ impl Executor {
         }
         match finish {
             Finish::Nothing => {
-                if control.cancel.is_cancelled() {
+                if control.cancel.is_cancelled() || control.hold.is_cancelled() {
                     AttemptResult::Cancelled
                 } else {
+                    self.announce(a, "[dry-run] ");
                     AttemptResult::WouldEvict
                 }
             }
@@ -313,7 +346,13 @@ impl Executor {
             let patch = condition_patch(uid, pod.metadata.generation);
             let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
             match self
-                .call("patch", a, control, api.patch_status(name, &params, &patch))
+                .call(
+                    "patch",
+                    1,
+                    a,
+                    control,
+                    api.patch_status(name, &params, &patch),
+                )
                 .await
             {
                 Ok(_) => {}
@@ -332,7 +371,7 @@ impl Executor {
             ..DeleteParams::default()
         };
         match self
-            .call("delete", a, control, api.delete(name, &params))
+            .call("delete", 1, a, control, api.delete(name, &params))
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -356,8 +395,17 @@ impl Executor {
         let name: &str = &a.pod.name;
         let patch = condition_patch(uid, Some(a.generation));
         let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
+        // Both requests' tokens at once, so the DELETE follows the patch at once: an eviction
+        // is done as soon as it starts, and a hold (the brake) finds the attempts waiting
+        // behind it with nothing written.
         let patched = match self
-            .call("patch", a, control, api.patch_status(name, &params, &patch))
+            .call(
+                "patch",
+                2,
+                a,
+                control,
+                api.patch_status(name, &params, &patch),
+            )
             .await
         {
             Ok(p) => p,
@@ -381,7 +429,7 @@ impl Executor {
             ..DeleteParams::default()
         };
         match self
-            .call("delete", a, control, api.delete(name, &params))
+            .call("delete", 0, a, control, api.delete(name, &params))
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -415,7 +463,7 @@ impl Executor {
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), &a.pod.namespace);
         match self
-            .call("evict", a, control, pods.evict(&a.pod.name, &params))
+            .call("evict", 1, a, control, pods.evict(&a.pod.name, &params))
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -466,7 +514,7 @@ impl Executor {
             return Ok(true);
         }
         let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-        let fresh = match self.call("get", a, control, api.get(node)).await {
+        let fresh = match self.call("get", 1, a, control, api.get(node)).await {
             Ok(n) => n,
             // The node is gone: its taints no longer speak for anything.
             Err(CallError::Status(404, _)) => return Ok(false),

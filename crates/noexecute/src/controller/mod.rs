@@ -330,18 +330,6 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     };
 
     let (report_tx, report_rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor = executor::Executor::new(
-        client.clone(),
-        limiter.clone(),
-        leadership.clone(),
-        report_tx,
-        metrics.clone(),
-        clock,
-        executor::ExecutorConfig {
-            request_timeout,
-            node_read_ttl: Duration::from_secs(1),
-        },
-    );
     let lease_name = format!("{lease_namespace}/{}", args.leader_elect_name);
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
@@ -353,6 +341,19 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         metrics.clone(),
         shutdown.clone(),
     );
+    let executor = executor::Executor::new(
+        client.clone(),
+        limiter.clone(),
+        leadership.clone(),
+        report_tx,
+        metrics.clone(),
+        clock,
+        executor::ExecutorConfig {
+            request_timeout,
+            node_read_ttl: Duration::from_secs(1),
+        },
+    )
+    .with_events(events.clone());
     let watches = watch::spawn(
         client,
         args.page_size,

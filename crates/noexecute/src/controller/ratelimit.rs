@@ -29,12 +29,12 @@ impl RateLimiter {
     }
 
     /// How long the caller must wait for its token (reserving it).
-    async fn reserve(&self) -> Duration {
+    async fn reserve(&self, n: f64) -> Duration {
         let mut state = self.state.lock().await;
         let now = Instant::now();
         let (tokens, last) = *state;
         let refilled = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-        let left = refilled - 1.0;
+        let left = refilled - n;
         *state = (left, now);
         if left >= 0.0 {
             Duration::ZERO
@@ -55,22 +55,33 @@ impl RateLimiter {
     pub async fn acquire(&self) {
         use std::sync::atomic::Ordering;
         self.urgent.fetch_add(1, Ordering::SeqCst);
-        let wait = self.reserve().await;
+        let wait = self.reserve(1.0).await;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
         self.urgent.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Wait for a token unless `cancel` fires first: then the reserved token is given back
-    /// and `false` returned, so a cancelled eviction spends nothing.
+    /// Wait for a token, unless `cancel` fires first (then the token is given back and the
+    /// answer is false).
     pub async fn acquire_unless(&self, cancel: &tokio_util::sync::CancellationToken) -> bool {
+        self.acquire_n_unless(1, cancel).await
+    }
+
+    /// Wait for `n` tokens at once (the requests of one eviction, sent back to back), unless
+    /// `cancel` fires first (then they are given back and the answer is false).
+    pub async fn acquire_n_unless(
+        &self,
+        n: u32,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> bool {
         use std::sync::atomic::Ordering;
         if cancel.is_cancelled() {
             return false;
         }
+        let n = f64::from(n.max(1));
         self.urgent.fetch_add(1, Ordering::SeqCst);
-        let wait = self.reserve().await;
+        let wait = self.reserve(n).await;
         let got = if wait.is_zero() {
             true
         } else {
@@ -82,7 +93,7 @@ impl RateLimiter {
         };
         if !got {
             let mut state = self.state.lock().await;
-            state.0 = (state.0 + 1.0).min(self.burst);
+            state.0 = (state.0 + n).min(self.burst);
         }
         self.urgent.fetch_sub(1, Ordering::SeqCst);
         got && !cancel.is_cancelled()
