@@ -1,0 +1,340 @@
+//! The executor's request sequences, against a request-level fake of the API server (in the
+//! manner of kube-rs's controller-rs `fixtures.rs`): what each plan sends, in which order, with
+//! which preconditions, and what stops it (the term's fence, a hold, a cancel). The fake only
+//! answers what the test scripts; a request it does not expect fails the test. The real-API
+//! tests stay the proof that a real server accepts these requests; this is the proof of the
+//! sequence, for answers a real server cannot easily be made to give.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::client::Body;
+use noexecute::controller::executor::{Control, Executor, ExecutorConfig};
+use noexecute::controller::{clock, lease, metrics, ratelimit};
+use noexecute_engine::pipeline::{Attempt, AttemptId, AttemptResult, Finish, Plan, StaleGuard};
+use noexecute_engine::{EvictionId, PodRef, Time, Uid};
+use tokio_util::sync::CancellationToken;
+
+/// One request as the fake saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    body: String,
+}
+
+/// What the fake answers, in order; anything more is a 599 and a failed test.
+#[derive(Default)]
+struct Script {
+    answers: VecDeque<(u16, serde_json::Value)>,
+    seen: Vec<Seen>,
+}
+
+fn fake(answers: Vec<(u16, serde_json::Value)>) -> (kube::Client, Arc<Mutex<Script>>) {
+    let script = Arc::new(Mutex::new(Script {
+        answers: answers.into(),
+        seen: Vec::new(),
+    }));
+    let state = script.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let state = state.clone();
+        async move {
+            let method = req.method().to_string();
+            let path = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.to_string())
+                .unwrap_or_default();
+            let bytes = http_body_util::BodyExt::collect(req.into_body())
+                .await
+                .map(|b| b.to_bytes().to_vec())
+                .unwrap_or_default();
+            let mut s = state.lock().unwrap();
+            s.seen.push(Seen {
+                method,
+                path,
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+            let (code, body) = s
+                .answers
+                .pop_front()
+                .unwrap_or((599, serde_json::json!({"unexpected": true})));
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    (kube::Client::new(service, "default"), script)
+}
+
+fn pod_json(uid: &str, rv: &str, terminating: bool) -> serde_json::Value {
+    let mut meta = serde_json::json!({
+        "name": "p", "namespace": "ns", "uid": uid, "resourceVersion": rv
+    });
+    if terminating {
+        meta["deletionTimestamp"] = serde_json::json!("2026-12-01T00:00:00Z");
+    }
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+        "spec": {"nodeName": "n", "containers": [], "tolerations": [
+            {"key": "b", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+        ]},
+        "status": {"phase": "Running"}
+    })
+}
+
+fn node_json(taint: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+        "spec": {"taints": [{"key": taint, "effect": "NoExecute"}]}
+    })
+}
+
+fn status(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "code": code, "reason": reason, "message": message
+    })
+}
+
+fn attempt(plan: Plan, term: u64) -> Attempt {
+    Attempt {
+        id: AttemptId(1),
+        pod: PodRef {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: Uid::new("u1"),
+            node: Some("n".into()),
+        },
+        eviction: EvictionId(1),
+        deadline: Time::from_millis(0),
+        due_at: Time::from_millis(0),
+        generation: 2,
+        cause: None,
+        plan,
+        term,
+        announce: None,
+    }
+}
+
+/// Run one attempt on an executor over `client`, leading in `leadership`; its report.
+async fn run(
+    client: kube::Client,
+    leadership: lease::Leadership,
+    a: Attempt,
+    control: impl FnOnce(&Control),
+) -> AttemptResult {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let exec = Executor::new(
+        client,
+        Arc::new(ratelimit::RateLimiter::new(1000.0, 100)),
+        leadership,
+        tx,
+        metrics::Metrics::new(&mut registry),
+        clock::Clock::new(),
+        ExecutorConfig {
+            request_timeout: Duration::from_secs(5),
+            node_read_ttl: Duration::from_secs(1),
+        },
+    );
+    let cancel = CancellationToken::new();
+    let c = Control::new(cancel.clone(), cancel.child_token());
+    control(&c);
+    exec.start(a, c);
+    let report = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a report in time")
+        .expect("the executor reports");
+    exec.drain().await;
+    report.result
+}
+
+fn leading() -> lease::Leadership {
+    lease::Leadership::always().0
+}
+
+#[tokio::test]
+async fn the_usual_attempt_is_a_condition_patch_then_a_delete_preconditioned_on_its_answer() {
+    let (client, script) = fake(vec![
+        (200, pod_json("u1", "41", false)),
+        (200, pod_json("u1", "42", true)),
+    ]);
+    let result = run(client, leading(), attempt(Plan::PatchThenDelete, 1), |_| {}).await;
+    assert_eq!(result, AttemptResult::Evicted);
+    let seen = script.lock().unwrap().seen.clone();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert_eq!(seen[0].method, "PATCH");
+    assert!(
+        seen[0]
+            .path
+            .starts_with("/api/v1/namespaces/ns/pods/p/status")
+    );
+    assert!(seen[0].body.contains("\"uid\":\"u1\""), "UID precondition");
+    assert!(seen[0].body.contains("DeletionByTaintManager"));
+    assert!(seen[0].body.contains("\"observedGeneration\":2"));
+    assert_eq!(seen[1].method, "DELETE");
+    assert!(seen[1].path.starts_with("/api/v1/namespaces/ns/pods/p"));
+    assert!(
+        seen[1].body.contains("\"resourceVersion\":\"41\"")
+            && seen[1].body.contains("\"uid\":\"u1\""),
+        "the DELETE is preconditioned on the patch's answer: {}",
+        seen[1].body
+    );
+}
+
+#[tokio::test]
+async fn a_pod_changed_between_the_patch_and_the_delete_is_retried_not_deleted() {
+    let (client, script) = fake(vec![
+        (200, pod_json("u1", "41", false)),
+        (409, status(409, "Conflict", "the object has been modified")),
+    ]);
+    let result = run(client, leading(), attempt(Plan::PatchThenDelete, 1), |_| {}).await;
+    assert!(
+        matches!(result, AttemptResult::Failed { refused: false, .. }),
+        "{result:?}"
+    );
+    assert_eq!(script.lock().unwrap().seen.len(), 2);
+}
+
+#[tokio::test]
+async fn the_stale_cache_guard_reads_the_pod_and_node_and_writes_nothing_when_stale() {
+    // The node's fresh taint `b` is tolerated for 60 s: not "now".
+    let (client, script) = fake(vec![
+        (200, pod_json("u1", "41", false)),
+        (200, node_json("b")),
+    ]);
+    let plan = Plan::ReadFirst {
+        guard: Some(StaleGuard::new(false)),
+        finish: Finish::Delete { fallback: false },
+    };
+    let result = run(client, leading(), attempt(plan, 1), |_| {}).await;
+    assert_eq!(result, AttemptResult::Stale);
+    let seen = script.lock().unwrap().seen.clone();
+    let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+    assert_eq!(methods, ["GET", "GET"], "{seen:#?}");
+    assert!(seen[1].path.starts_with("/api/v1/nodes/n"));
+}
+
+#[tokio::test]
+async fn a_confirmed_guard_goes_on_to_patch_and_delete() {
+    let (client, script) = fake(vec![
+        (200, pod_json("u1", "41", false)),
+        (200, node_json("a")),
+        (200, pod_json("u1", "42", false)),
+        (200, pod_json("u1", "43", true)),
+    ]);
+    let plan = Plan::ReadFirst {
+        guard: Some(StaleGuard::new(false)),
+        finish: Finish::Delete { fallback: false },
+    };
+    let result = run(client, leading(), attempt(plan, 1), |_| {}).await;
+    assert_eq!(result, AttemptResult::Evicted);
+    let methods: Vec<String> = script
+        .lock()
+        .unwrap()
+        .seen
+        .iter()
+        .map(|s| s.method.clone())
+        .collect();
+    assert_eq!(methods, ["GET", "GET", "PATCH", "DELETE"]);
+}
+
+#[tokio::test]
+async fn an_attempt_of_an_ended_term_writes_nothing() {
+    // Leading in term 1; the attempt belongs to term 7 (a term that ended).
+    let (client, script) = fake(vec![(200, pod_json("u1", "41", false))]);
+    let result = run(client, leading(), attempt(Plan::PatchThenDelete, 7), |_| {}).await;
+    assert_eq!(result, AttemptResult::Cancelled);
+    assert!(script.lock().unwrap().seen.is_empty(), "a write went out");
+    // Not leading at all: the same.
+    let (client, script) = fake(vec![(200, pod_json("u1", "41", false))]);
+    let (standby, _writer) = lease::Leadership::new();
+    let result = run(client, standby, attempt(Plan::PatchThenDelete, 1), |_| {}).await;
+    assert_eq!(result, AttemptResult::Cancelled);
+    assert!(script.lock().unwrap().seen.is_empty());
+}
+
+#[tokio::test]
+async fn a_held_attempt_stops_before_its_first_write_but_may_read() {
+    let (client, script) = fake(vec![(200, pod_json("u1", "41", false))]);
+    let result = run(client, leading(), attempt(Plan::PatchThenDelete, 1), |c| {
+        c.hold.cancel();
+    })
+    .await;
+    assert_eq!(result, AttemptResult::Cancelled);
+    assert!(script.lock().unwrap().seen.is_empty());
+    // The careful plan reads first; held, it reads nothing more and writes nothing.
+    let (client, script) = fake(vec![(200, pod_json("u1", "41", false))]);
+    let plan = Plan::ReadFirst {
+        guard: None,
+        finish: Finish::Delete { fallback: false },
+    };
+    let result = run(client, leading(), attempt(plan, 1), |c| c.hold.cancel()).await;
+    assert_eq!(result, AttemptResult::Cancelled);
+    assert!(
+        script
+            .lock()
+            .unwrap()
+            .seen
+            .iter()
+            .all(|s| s.method == "GET"),
+        "a held attempt wrote"
+    );
+}
+
+#[tokio::test]
+async fn a_replaced_or_terminating_pod_ends_the_attempt_without_a_delete() {
+    let (client, script) = fake(vec![(200, pod_json("u2", "41", false))]);
+    let result = run(client, leading(), attempt(Plan::PatchThenDelete, 1), |_| {}).await;
+    assert_eq!(
+        result,
+        AttemptResult::Gone(noexecute_engine::pipeline::GoneReason::Replaced)
+    );
+    assert_eq!(script.lock().unwrap().seen.len(), 1);
+    let (client, script) = fake(vec![(200, pod_json("u1", "41", true))]);
+    let result = run(client, leading(), attempt(Plan::PatchThenDelete, 1), |_| {}).await;
+    assert_eq!(
+        result,
+        AttemptResult::Gone(noexecute_engine::pipeline::GoneReason::Terminating)
+    );
+    assert_eq!(script.lock().unwrap().seen.len(), 1, "no second delete");
+}
+
+#[tokio::test]
+async fn the_eviction_api_counts_a_budget_refusal_towards_the_pdb_timeout() {
+    let (client, script) = fake(vec![
+        (200, pod_json("u1", "41", false)),
+        (
+            429,
+            status(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+        ),
+    ]);
+    let plan = Plan::ReadFirst {
+        guard: None,
+        finish: Finish::Evict,
+    };
+    let result = run(client, leading(), attempt(plan, 1), |_| {}).await;
+    assert!(
+        matches!(result, AttemptResult::Failed { refused: true, .. }),
+        "{result:?}"
+    );
+    let seen = script.lock().unwrap().seen.clone();
+    assert_eq!(seen[1].method, "POST");
+    assert!(
+        seen[1]
+            .path
+            .starts_with("/api/v1/namespaces/ns/pods/p/eviction")
+    );
+}
