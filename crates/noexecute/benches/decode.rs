@@ -10,7 +10,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{Object, ObjectList};
-use noexecute::slim::{PodSpec, PodStatus, SlimPod};
+use noexecute::adapters::slim::{PodSpec, PodStatus, SlimPod};
 use noexecute_testkit::realistic;
 
 fn page() -> Vec<u8> {

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::plan;
-use crate::scenario::{Offset, Scenario};
-use crate::state::ClusterState;
-use crate::{explain, plot, report, simulate};
+use crate::offline::plan;
+use crate::offline::scenario::{Offset, Scenario};
+use crate::offline::state::ClusterState;
+use crate::offline::{explain, plot, report, simulate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -69,7 +69,7 @@ impl SourceArgs {
             && let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-            && let Ok(config) = runtime.block_on(crate::client::config(
+            && let Ok(config) = runtime.block_on(crate::adapters::client::config(
                 self.kubeconfig.as_deref(),
                 self.context.as_deref(),
             ))
@@ -79,7 +79,7 @@ impl SourceArgs {
         "default".into()
     }
 
-    pub fn load(&self, pod_labels: &crate::state::PodLabels) -> Result<ClusterState> {
+    pub fn load(&self, pod_labels: &crate::offline::state::PodLabels) -> Result<ClusterState> {
         if let Some(path) = &self.snapshot {
             return Ok(ClusterState::from_file(path, pod_labels)?);
         }
@@ -95,7 +95,7 @@ impl SourceArgs {
     }
 }
 
-pub use crate::client::client;
+pub use crate::adapters::client::client;
 
 /// The hypothetical taints of `plan` and `explain`.
 #[derive(Debug, Args, Clone, Default)]
@@ -141,7 +141,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
-    pub policy: crate::policy::PolicyArgs,
+    pub policy: crate::adapters::policy::PolicyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -155,14 +155,14 @@ pub struct ExplainArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
-    pub policy: crate::policy::PolicyArgs,
+    pub policy: crate::adapters::policy::PolicyArgs,
     /// How to print it: text (`table`, `wide`), or the same as one JSON object or YAML.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }
 
-pub use crate::policy::EngineArgs;
-pub use crate::time::wall_clock;
+pub use crate::adapters::policy::EngineArgs;
+pub use crate::adapters::time::wall_clock;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -230,7 +230,7 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
-    pub policy: crate::policy::PolicyArgs,
+    pub policy: crate::adapters::policy::PolicyArgs,
 }
 
 fn parse_offset(s: &str) -> Result<Offset, String> {
@@ -272,7 +272,9 @@ async fn fetch_status(args: &StatusArgs) -> Result<crate::controller::status::St
         .parse()
         .with_context(|| format!("--endpoint {:?} is not a URL", args.endpoint))?;
     let mut config =
-        match crate::client::config(args.kubeconfig.as_deref(), args.context.as_deref()).await {
+        match crate::adapters::client::config(args.kubeconfig.as_deref(), args.context.as_deref())
+            .await
+        {
             Ok(config) => config,
             Err(_) if args.token.is_some() && args.kubeconfig.is_none() => {
                 kube::Config::new(url.clone())

@@ -8,23 +8,15 @@
 //! - `plan` and `explain`: a real cluster's state (a snapshot file or a read-only live read) with
 //!   hypothetical taints.
 //! - `run`: the production controller.
+//!
+//! Three wings: [`controller`] (the live controller), [`offline`] (the drivers that run on a
+//! virtual clock) and [`adapters`] (what both use to read the world). `cli` only parses flags
+//! and calls into them.
 
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
+pub mod adapters;
 pub mod cli;
-pub mod client;
 pub mod controller;
-pub mod convert;
-pub mod explain;
-pub mod input;
-pub mod plan;
-pub mod plot;
-pub mod policy;
-pub mod report;
-pub mod scenario;
-pub mod selector;
-pub mod simulate;
-pub mod slim;
-pub mod state;
-pub mod time;
+pub mod offline;

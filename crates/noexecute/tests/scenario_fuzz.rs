@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use noexecute::scenario::Scenario;
-use noexecute::simulate;
+use noexecute::offline::scenario::Scenario;
+use noexecute::offline::simulate;
 use proptest::prelude::*;
 
 const FRAGMENTS: &[&str] = &[

@@ -16,7 +16,7 @@ impl Clock {
     pub fn new() -> Clock {
         Clock {
             start: Instant::now(),
-            start_wall: crate::time::wall_clock(),
+            start_wall: crate::adapters::time::wall_clock(),
         }
     }
 
@@ -32,7 +32,7 @@ impl Clock {
     /// A wall-clock timestamp on this clock, by the wall clock's offset now: a step of the wall
     /// clock after start is followed.
     pub fn from_wall(&self, wall: Time) -> Time {
-        Time::from_wall(wall, crate::time::wall_clock(), self.now())
+        Time::from_wall(wall, crate::adapters::time::wall_clock(), self.now())
     }
 
     /// The monotonic instant at which engine time `t` arrives.

@@ -29,14 +29,14 @@ use super::lease::{self, Leadership};
 use super::metrics::Metrics;
 use super::ratelimit::{Hold, RateLimiter};
 use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watches};
-use crate::convert;
+use crate::adapters::convert;
 
 /// The heartbeat's period: the loop turns at least this often.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
 pub struct Driver {
     pub pipeline: Pipeline,
-    pub policy: crate::policy::Policy,
+    pub policy: crate::adapters::policy::Policy,
     pub clock: Clock,
     pub executor: Executor,
     pub events: EventSink,
@@ -56,7 +56,7 @@ pub struct Driver {
     /// This replica's identity (for `/status`).
     identity: String,
     /// `--node-selector`, to tell a node that left it from one deleted.
-    node_selector: Option<crate::selector::Selector>,
+    node_selector: Option<crate::adapters::selector::Selector>,
 }
 
 /// Why the loop stopped.
@@ -71,7 +71,7 @@ impl Driver {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         pipeline: Pipeline,
-        policy: crate::policy::Policy,
+        policy: crate::adapters::policy::Policy,
         clock: Clock,
         executor: Executor,
         events: EventSink,
@@ -81,7 +81,7 @@ impl Driver {
         brake_object: ObjectReference,
         limiter: Arc<RateLimiter>,
         identity: String,
-        node_selector: Option<crate::selector::Selector>,
+        node_selector: Option<crate::adapters::selector::Selector>,
     ) -> Driver {
         Driver {
             pipeline,
@@ -113,7 +113,7 @@ impl Driver {
     }
 
     /// A pod update carries the taint-manager mark, set at `marked_at` (wall clock).
-    fn marked(&mut self, pod: &crate::slim::SlimPod, marked_at: Time) {
+    fn marked(&mut self, pod: &crate::adapters::slim::SlimPod, marked_at: Time) {
         let sign = ForeignSign {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
@@ -322,7 +322,7 @@ impl Driver {
                 for taint in &mut obs.taints {
                     taint.time_added = taint.time_added.map(|t| self.clock.from_wall(t));
                 }
-                let release = crate::policy::release_annotated(&node.metadata);
+                let release = crate::adapters::policy::release_annotated(&node.metadata);
                 self.pipeline.upsert_node(&obs, release, now);
             }
             watcher::Event::Delete(node) => {
@@ -492,7 +492,7 @@ impl Driver {
             Effect::NodeRelease { node, released } => {
                 tracing::warn!(
                     node,
-                    annotation = crate::policy::RELEASE_ANNOTATION,
+                    annotation = crate::adapters::policy::RELEASE_ANNOTATION,
                     release = released,
                     "mass-eviction brake: node {}",
                     if released { "released" } else { "held again" }
@@ -517,7 +517,7 @@ fn log_decision(action: &Action) {
             cause,
             ..
         } => {
-            tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::time::timestamp(*deadline), %cause, "eviction scheduled");
+            tracing::info!(pod = %pod, node = ?pod.node, deadline = %crate::adapters::time::timestamp(*deadline), %cause, "eviction scheduled");
         }
         Action::Cancel { pod, reason, .. } => {
             tracing::info!(pod = %pod, reason = reason.as_str(), "eviction cancelled");

@@ -229,7 +229,8 @@ impl Sender {
         let name = format!(
             "{}.{:x}",
             object_name,
-            stamp.as_nanosecond() as u64 ^ (crate::time::random_fraction() * 65536.0) as u64
+            stamp.as_nanosecond() as u64
+                ^ (crate::adapters::time::random_fraction() * 65536.0) as u64
         );
         let event = Event {
             metadata: ObjectMeta {

@@ -43,7 +43,7 @@ use super::clock::Clock;
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
-use crate::slim::ExecPod as Pod;
+use crate::adapters::slim::ExecPod as Pod;
 
 pub const CONDITION_TYPE: &str = "DisruptionTarget";
 pub const CONDITION_REASON: &str = "DeletionByTaintManager";
@@ -283,7 +283,11 @@ impl Executor {
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
-        Api::namespaced_with(self.client.clone(), namespace, &crate::slim::pod_resource())
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &crate::adapters::slim::pod_resource(),
+        )
     }
 
     async fn attempt(&self, a: &Attempt, control: &Control) -> AttemptResult {
@@ -501,7 +505,7 @@ impl Executor {
             .spec
             .tolerations
             .iter()
-            .map(crate::convert::toleration)
+            .map(crate::adapters::convert::toleration)
             .collect();
         // A read shared from another pod's attempt may confirm an eviction, never drop one:
         // only a read made after this attempt began may say the eviction is stale.
@@ -525,7 +529,7 @@ impl Executor {
             .and_then(|s| s.taints)
             .unwrap_or_default()
             .iter()
-            .map(crate::convert::taint)
+            .map(crate::adapters::convert::taint)
             .collect();
         let justified = guard.justifies(&taints, &tolerations);
         if let Ok(mut c) = self.node_reads.lock() {

@@ -467,7 +467,7 @@ pub async fn run(
 
 /// client-go jitters the retry period by up to 20%.
 fn jittered(d: Duration) -> Duration {
-    d + d.mul_f64(0.2 * crate::time::random_fraction())
+    d + d.mul_f64(0.2 * crate::adapters::time::random_fraction())
 }
 
 #[cfg(test)]

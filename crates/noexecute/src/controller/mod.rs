@@ -38,7 +38,7 @@ use noexecute_engine::Pipeline;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::policy::EngineArgs;
+use crate::adapters::policy::EngineArgs;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -46,7 +46,7 @@ pub enum LogFormat {
     Json,
 }
 
-use crate::time::parse_duration as duration;
+use crate::adapters::time::parse_duration as duration;
 
 /// Flags of `noexecute run`. Every flag can also come from the environment.
 #[derive(Debug, Args, Clone)]
@@ -140,7 +140,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
-    pub policy: crate::policy::PolicyArgs,
+    pub policy: crate::adapters::policy::PolicyArgs,
 }
 
 impl RunArgs {
@@ -191,7 +191,7 @@ impl RunArgs {
             .unwrap_or_else(|| "noexecute".into());
         format!(
             "{host}_{:08x}",
-            (crate::time::random_fraction() * f64::from(u32::MAX)) as u32
+            (crate::adapters::time::random_fraction() * f64::from(u32::MAX)) as u32
         )
     }
 }
@@ -217,7 +217,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let policy = args.policy.resolve()?;
     let identity = args.identity();
     let mut config =
-        crate::client::config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        crate::adapters::client::config(args.kubeconfig.as_deref(), args.context.as_deref())
+            .await?;
     // Our retries are the executor's, visible and counted; kube's would hide 429s and 5xx
     // behind up to 15 silent attempts.
     config.default_retry = false;
@@ -367,13 +368,13 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         ..policy.pipeline_config(
             args.engine.comparison_operators,
             args.concurrency,
-            crate::time::random_u64(),
+            crate::adapters::time::random_u64(),
         )
     });
     let node_selector = match args
         .node_selector
         .as_deref()
-        .map(crate::selector::Selector::parse)
+        .map(crate::adapters::selector::Selector::parse)
     {
         None => None,
         Some(Ok(selector)) => Some(selector),

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use noexecute_engine::{Countdown, Held, Pipeline, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::time::{relative, timestamp};
+use crate::adapters::time::{relative, timestamp};
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]

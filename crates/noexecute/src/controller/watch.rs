@@ -1,4 +1,4 @@
-//! Watches of nodes and of bound pods, decoded straight into slim objects (`crate::slim`),
+//! Watches of nodes and of bound pods, decoded straight into slim objects (`crate::adapters::slim`),
 //! and of the `TaintManagerEviction` Events (for the second-controller guard), forwarded to
 //! the controller loop.
 //!
@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
-use crate::slim::{self, SlimNode, SlimPod};
+use crate::adapters::slim::{self, SlimNode, SlimPod};
 
 pub type NodeEvent = watcher::Event<SlimNode>;
 pub type PodEvent = watcher::Event<SlimPod>;

@@ -4,7 +4,6 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -15,32 +14,14 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::slim::{self, SlimNode, SlimPod};
+use crate::adapters::slim::{self, SlimNode, SlimPod};
 
-use crate::input::InputError;
+use crate::adapters::input::InputError;
 
-/// Errors loading a snapshot; see [`crate::input::InputError`].
+/// Errors loading a snapshot; see [`crate::adapters::input::InputError`].
 pub type SnapshotError = InputError;
 
-/// Which pod labels to keep. Node labels are always kept (`--taint-selector` reads them); of a
-/// pod's only those the exclusion policy reads, which on a large cluster saves about half of
-/// what a pod costs here.
-#[derive(Clone, Debug, PartialEq)]
-pub enum PodLabels {
-    All,
-    Only(BTreeSet<String>),
-}
-
-impl PodLabels {
-    fn trim(&self, meta: &mut kube::core::ObjectMeta) {
-        if let PodLabels::Only(keys) = self {
-            meta.labels = meta.labels.take().and_then(|mut labels| {
-                labels.retain(|k, _| keys.contains(k));
-                (!labels.is_empty()).then_some(labels)
-            });
-        }
-    }
-}
+pub use crate::adapters::slim::PodLabels;
 
 /// Nodes and pods, and where they came from.
 #[derive(Debug, Clone, Default)]
@@ -162,26 +143,26 @@ impl<'p> Loader<'p> {
         let decoded = Document(&self)
             .deserialize(&mut *de)
             .and_then(|()| de.end());
-        self.finish(decoded.map_err(|e| crate::input::json_error(&e)))
+        self.finish(decoded.map_err(|e| crate::adapters::input::json_error(&e)))
     }
 
     fn yaml_text(self, text: &str) -> Result<ClusterState, SnapshotError> {
         let decoded = serde_saphyr::with_deserializer_from_str_with_options(
             text,
-            crate::input::yaml_options(text.len() as u64),
+            crate::adapters::input::yaml_options(text.len() as u64),
             |de| Document(&self).deserialize(de),
         );
-        self.finish(decoded.map_err(|e| crate::input::yaml_error(&e)))
+        self.finish(decoded.map_err(|e| crate::adapters::input::yaml_error(&e)))
     }
 
     /// YAML from a reader of `size` bytes, item by item as JSON is.
     fn yaml_reader(self, reader: impl Read, size: u64) -> Result<ClusterState, SnapshotError> {
         let decoded = serde_saphyr::with_deserializer_from_reader_with_options(
             reader,
-            crate::input::yaml_options(size),
+            crate::adapters::input::yaml_options(size),
             |de| Document(&self).deserialize(de),
         );
-        self.finish(decoded.map_err(|e| crate::input::yaml_error(&e)))
+        self.finish(decoded.map_err(|e| crate::adapters::input::yaml_error(&e)))
     }
 
     fn invalid(&self, field: String, message: &str) -> InputError {
@@ -454,9 +435,9 @@ mod tests {
         assert_eq!(state.nodes.len(), 1);
         assert_eq!(state.pods.len(), 1);
         assert_eq!(state.skipped, 1);
-        let pod = crate::convert::pod(&state.pods[0]);
+        let pod = crate::adapters::convert::pod(&state.pods[0]);
         assert_eq!(pod.tolerations[0].toleration_seconds, Some(60));
-        let node = crate::convert::node(&state.nodes[0]);
+        let node = crate::adapters::convert::node(&state.nodes[0]);
         assert!(node.taints[0].time_added.is_some());
     }
 
@@ -544,7 +525,7 @@ mod tests {
             assert_eq!(state.skipped, 1);
         }
         let node = &from_text.nodes[0];
-        assert!(crate::policy::release_annotated(&node.metadata));
+        assert!(crate::adapters::policy::release_annotated(&node.metadata));
         assert_eq!(node.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
         assert!(node.metadata.managed_fields.is_none());
         assert_eq!(node.spec.taints.len(), 1);

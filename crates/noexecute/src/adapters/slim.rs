@@ -8,7 +8,7 @@
 //! resources), snapshot files, `plan`/`explain`'s live reads and the executor's requests.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -225,3 +225,24 @@ pub type ExecPod = Slim<PodSpec, ConditionsStatus>;
 /// Metadata alone, decoded as the slim objects decode theirs.
 #[derive(Deserialize)]
 pub struct Meta(#[serde(deserialize_with = "slim_meta")] pub Box<ObjectMeta>);
+
+/// Which pod labels to keep. Node labels are always kept (`--taint-selector` reads them); of a
+/// pod's only those the exclusion policy reads, which on a large cluster saves about half of
+/// what a pod costs here.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodLabels {
+    All,
+    Only(BTreeSet<String>),
+}
+
+impl PodLabels {
+    /// Drop the labels not kept.
+    pub fn trim(&self, meta: &mut kube::core::ObjectMeta) {
+        if let PodLabels::Only(keys) = self {
+            meta.labels = meta.labels.take().and_then(|mut labels| {
+                labels.retain(|k, _| keys.contains(k));
+                (!labels.is_empty()).then_some(labels)
+            });
+        }
+    }
+}

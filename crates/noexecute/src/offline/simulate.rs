@@ -21,7 +21,7 @@ use noexecute_engine::{
     Action, Config, NodeObservation, Pipeline, PodObservation, Taint, Time, Toleration,
 };
 
-use crate::scenario::{self, Change, PodSpec, Scenario};
+use crate::offline::scenario::{self, Change, PodSpec, Scenario};
 
 /// What happened to a pod at an instant.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -78,7 +78,7 @@ pub struct Options {
     pub until: Option<Time>,
     pub config: Config,
     /// Exclusions apply to scenario pods by namespace and labels.
-    pub policy: crate::policy::Policy,
+    pub policy: crate::adapters::policy::Policy,
 }
 
 /// The result of a simulation.

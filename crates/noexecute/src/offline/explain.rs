@@ -9,9 +9,9 @@ use noexecute_engine::toleration::first_tolerating;
 
 use serde::Serialize;
 
-use crate::convert;
-use crate::plan::{self, Hypothesis};
-use crate::state::ClusterState;
+use crate::adapters::convert;
+use crate::offline::plan::{self, Hypothesis};
+use crate::offline::state::ClusterState;
 
 /// Why a pod would be evicted or not, as data (`-o json|yaml`) and as text.
 #[derive(Clone, Debug, Serialize)]
@@ -75,7 +75,7 @@ pub fn explain(
     hypothesis: &Hypothesis,
     target: &str,
     now: Time,
-    policy: &crate::policy::Policy,
+    policy: &crate::adapters::policy::Policy,
     comparison_operators: bool,
 ) -> Result<Explanation, String> {
     let (namespace, name) = target

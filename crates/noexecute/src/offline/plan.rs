@@ -13,9 +13,9 @@ use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::{TolerationTime, first_tolerating};
 use noexecute_engine::{Action, Effect, Pipeline, PipelineEffect, Taint, Time, Verdict};
 
-use crate::convert;
-pub use crate::selector::Selector;
-use crate::state::ClusterState;
+use crate::adapters::convert;
+pub use crate::adapters::selector::Selector;
+use crate::offline::state::ClusterState;
 
 /// A taint as `kubectl taint` writes it: `key=value:Effect` or `key:Effect`.
 pub fn parse_taint(s: &str) -> Result<Taint, String> {
@@ -150,7 +150,7 @@ pub fn run(
     hypothesis: &Hypothesis,
     now: Time,
     horizon: Option<Time>,
-    policy: &crate::policy::Policy,
+    policy: &crate::adapters::policy::Policy,
     comparison_operators: bool,
 ) -> Result<Plan, String> {
     let added = hypothesis.resolve(&state)?;
@@ -176,7 +176,7 @@ pub fn run(
     let mut released: BTreeSet<String> = BTreeSet::new();
     for n in listed_nodes {
         let obs = convert::node(&n);
-        if crate::policy::release_annotated(&n.metadata) {
+        if crate::adapters::policy::release_annotated(&n.metadata) {
             released.insert(obs.name.clone());
         }
         nodes.insert(obs.name.clone(), obs.taints.clone());
@@ -291,7 +291,7 @@ pub fn run(
                 Some((tainted, nodes)) if pipeline.braking() && !pipeline.is_released(node) => {
                     format!(
                         "held by the mass-eviction brake ({tainted} of {nodes} nodes NoExecute-tainted); release with the node annotation {}=true",
-                        crate::policy::RELEASE_ANNOTATION
+                        crate::adapters::policy::RELEASE_ANNOTATION
                     )
                 }
                 _ => "held by the rate limits past the horizon".to_string(),
@@ -303,7 +303,7 @@ pub fn run(
                 held: true,
                 reason: format!(
                     "due {}: {reason}; {why}",
-                    crate::plan::relative(*deadline, now)
+                    crate::offline::plan::relative(*deadline, now)
                 ),
             }
         } else {
@@ -319,7 +319,7 @@ pub fn run(
             } else if let Some(e) = view.eviction {
                 format!(
                     "would be evicted at {} (after the horizon)",
-                    crate::plan::relative(e.deadline, now)
+                    crate::offline::plan::relative(e.deadline, now)
                 )
             } else {
                 match verdict {
@@ -387,7 +387,7 @@ fn forever_reason(
     format!("tolerates forever: {}", parts.join("; "))
 }
 
-pub use crate::time::{relative, timestamp};
+pub use crate::adapters::time::{relative, timestamp};
 
 #[cfg(test)]
 mod tests {

@@ -41,8 +41,8 @@ pub fn release_annotated(meta: &kube::core::ObjectMeta) -> bool {
 }
 use serde::Deserialize;
 
-use crate::selector::Selector;
-use crate::time::Offset;
+use crate::adapters::selector::Selector;
+use crate::adapters::time::Offset;
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -66,7 +66,7 @@ pub enum EvictionMode {
     Evict,
 }
 
-use crate::time::parse_duration as duration;
+use crate::adapters::time::parse_duration as duration;
 
 /// Switches of the engine shared by every subcommand that decides.
 #[derive(Debug, Args, Clone, Default)]
@@ -148,7 +148,7 @@ pub struct PolicyArgs {
 struct PolicyFile {
     deadline_from: Option<DeadlineFrom>,
     max_clock_skew: Option<Offset>,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     exclude_namespaces: Vec<String>,
     exclude_selector: Option<String>,
     skip_terminal_pods: Option<bool>,
@@ -300,14 +300,17 @@ fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    serde_saphyr::from_str_with_options(&text, crate::input::yaml_options(text.len() as u64))
-        .map_err(|e| {
-            let (line, column, message) = crate::input::yaml_error(&e);
-            PolicyError::File {
-                path: path.to_path_buf(),
-                message: format!("{line}:{column}: {message}"),
-            }
-        })
+    serde_saphyr::from_str_with_options(
+        &text,
+        crate::adapters::input::yaml_options(text.len() as u64),
+    )
+    .map_err(|e| {
+        let (line, column, message) = crate::adapters::input::yaml_error(&e);
+        PolicyError::File {
+            path: path.to_path_buf(),
+            message: format!("{line}:{column}: {message}"),
+        }
+    })
 }
 
 impl Policy {
@@ -351,8 +354,8 @@ impl Policy {
     }
 
     /// The pod labels this policy reads: what `plan` and `explain` keep of each pod's labels.
-    pub fn pod_labels(&self) -> crate::state::PodLabels {
-        crate::state::PodLabels::Only(
+    pub fn pod_labels(&self) -> crate::adapters::slim::PodLabels {
+        crate::adapters::slim::PodLabels::Only(
             self.exclude_selector
                 .iter()
                 .flat_map(|s| s.keys())

@@ -6,7 +6,7 @@ use noexecute_engine::{
     Effect, NodeObservation, Operator, Phase, PodObservation, Taint, Time, Toleration, Uid,
 };
 
-use crate::slim::{SlimNode, SlimPod};
+use crate::adapters::slim::{SlimNode, SlimPod};
 
 pub fn taint(t: &k8s_openapi::api::core::v1::Taint) -> Taint {
     Taint {

@@ -5,8 +5,8 @@ use std::io::{self, Write};
 use noexecute_engine::Time;
 use serde::Serialize;
 
-use crate::plan::{self, Plan};
-use crate::simulate::{Entry, Kind, Timeline};
+use crate::offline::plan::{self, Plan};
+use crate::offline::simulate::{Entry, Kind, Timeline};
 
 /// Seconds from the start, as printed.
 fn secs(t: Time) -> f64 {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::simulate::{Kind, Timeline};
+use crate::offline::simulate::{Kind, Timeline};
 
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const MAX_GROUPS: usize = 10;

@@ -24,11 +24,11 @@ use std::path::Path;
 use noexecute_engine::{Effect, Operator, Taint, Time, Toleration};
 use serde::Deserialize;
 
-/// Errors loading a scenario; see [`crate::input::InputError`].
-pub type ScenarioError = crate::input::InputError;
+/// Errors loading a scenario; see [`crate::adapters::input::InputError`].
+pub type ScenarioError = crate::adapters::input::InputError;
 
 /// Durations in scenarios (`90s`, `5m`, `1h30m`): the same type as every duration flag.
-pub use crate::time::Offset;
+pub use crate::adapters::time::Offset;
 
 /// `NodeSpec.taints[]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -64,9 +64,9 @@ pub struct TolerationSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeSpec {
     pub name: String,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pub labels: BTreeMap<String, String>,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pub taints: Vec<TaintSpec>,
 }
 
@@ -81,11 +81,11 @@ pub struct PodSpec {
     #[serde(default = "default_namespace")]
     pub namespace: String,
     /// Pod labels (only exclusion selectors read them).
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub node_name: Option<String>,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pub tolerations: Vec<TolerationSpec>,
 }
 
@@ -132,7 +132,7 @@ pub struct RemoveTaint {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SetTaints {
     pub node: String,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pub taints: Vec<TaintSpec>,
 }
 
@@ -207,11 +207,11 @@ pub struct Event {
 struct RawScenario {
     #[serde(default)]
     until: Option<Offset>,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     nodes: Vec<NodeSpec>,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pods: Vec<PodSpec>,
-    #[serde(default, deserialize_with = "crate::input::or_default")]
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     events: Vec<RawEvent>,
 }
 
@@ -226,11 +226,12 @@ pub struct Scenario {
 
 impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|cause| crate::input::InputError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| {
+            crate::adapters::input::InputError::Read {
                 path: path.to_path_buf(),
                 cause,
-            })?;
+            }
+        })?;
         Scenario::parse(path, &text)
     }
 
@@ -238,7 +239,7 @@ impl Scenario {
     /// JSON parser reads faster. Neither builds a tree of the document: both decode straight
     /// into the scenario's types.
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
-        let syntax = |(line, column, message)| crate::input::InputError::Syntax {
+        let syntax = |(line, column, message)| crate::adapters::input::InputError::Syntax {
             path: path.to_path_buf(),
             line,
             column,
@@ -250,23 +251,27 @@ impl Scenario {
             match serde_json::from_str(text) {
                 Ok(raw) => raw,
                 Err(e) if e.classify() == serde_json::error::Category::Data => {
-                    return Err(syntax(crate::input::json_error(&e)));
+                    return Err(syntax(crate::adapters::input::json_error(&e)));
                 }
                 Err(_) => serde_saphyr::from_str_with_options(
                     text,
-                    crate::input::yaml_options(text.len() as u64),
+                    crate::adapters::input::yaml_options(text.len() as u64),
                 )
-                .map_err(|e| syntax(crate::input::yaml_error(&e)))?,
+                .map_err(|e| syntax(crate::adapters::input::yaml_error(&e)))?,
             }
         } else {
-            serde_saphyr::from_str_with_options(text, crate::input::yaml_options(text.len() as u64))
-                .map_err(|e| syntax(crate::input::yaml_error(&e)))?
+            serde_saphyr::from_str_with_options(
+                text,
+                crate::adapters::input::yaml_options(text.len() as u64),
+            )
+            .map_err(|e| syntax(crate::adapters::input::yaml_error(&e)))?
         };
-        let invalid = |field: String, message: String| crate::input::InputError::Invalid {
-            path: path.to_path_buf(),
-            field,
-            message,
-        };
+        let invalid =
+            |field: String, message: String| crate::adapters::input::InputError::Invalid {
+                path: path.to_path_buf(),
+                field,
+                message,
+            };
         let mut events = Vec::with_capacity(raw.events.len());
         for (i, e) in raw.events.into_iter().enumerate() {
             let mut changes = Vec::new();

@@ -1,0 +1,12 @@
+//! The adapters both wings use: Kubernetes objects cut to what is read (`slim`) and turned
+//! into engine observations (`convert`), user files (`input`), the opt-in policies and label
+//! selectors (`policy`, `selector`), the client (`client`), and wall-clock time and durations
+//! (`time`). They decide nothing.
+
+pub mod client;
+pub mod convert;
+pub mod input;
+pub mod policy;
+pub mod selector;
+pub mod slim;
+pub mod time;
