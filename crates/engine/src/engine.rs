@@ -72,8 +72,8 @@ pub enum Input {
 pub enum Stage {
     /// Waiting for its deadline (upstream: a timer is armed).
     Waiting,
-    /// Handed to the executor; waiting for its report.
-    InFlight,
+    /// Due: handed on (to the pipeline, then an attempt); waiting for its report.
+    Due,
     /// The last attempt failed; queued to try again.
     Retrying,
 }
@@ -413,7 +413,7 @@ impl Engine {
         let Some(eviction) = &mut pod.eviction else {
             return;
         };
-        if eviction.id != report.eviction.0 || eviction.stage != Stage::InFlight {
+        if eviction.id != report.eviction.0 || eviction.stage != Stage::Due {
             return;
         }
         match report.outcome {
@@ -594,7 +594,7 @@ impl Engine {
         }
         let cause = cause.or_else(|| self.current_cause(id));
         if let Some(e) = &mut self.pod_mut(id).eviction {
-            e.stage = Stage::InFlight;
+            e.stage = Stage::Due;
         }
         out.push(Action::Evict {
             pod: self.pod_ref(id),

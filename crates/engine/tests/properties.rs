@@ -568,7 +568,7 @@ impl Run {
         let queued = self
             .engine
             .pods()
-            .filter(|v| v.eviction.is_some_and(|e| e.stage != Stage::InFlight))
+            .filter(|v| v.eviction.is_some_and(|e| e.stage != Stage::Due))
             .count();
         assert_eq!(
             queued,
@@ -590,7 +590,7 @@ impl Run {
                     assert_eq!(e.deadline, me.deadline, "{name}: deadline");
                     let stage = match (me.fired, me.due) {
                         (false, _) => Stage::Waiting,
-                        (true, None) => Stage::InFlight,
+                        (true, None) => Stage::Due,
                         (true, Some(_)) => Stage::Retrying,
                     };
                     assert_eq!(e.stage, stage, "{name}: stage");

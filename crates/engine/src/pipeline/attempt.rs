@@ -12,12 +12,40 @@ use crate::time::Time;
 use crate::toleration::{Toleration, verdict};
 
 /// How an eviction ends: a DELETE (upstream's way) or an Eviction (policy/v1), which
-/// PodDisruptionBudgets can refuse.
+/// PodDisruptionBudgets can refuse. The one definition: flags and policy files parse into it.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum EvictionMode {
+    /// DELETE, as upstream (PodDisruptionBudgets do not apply).
     #[default]
     Delete,
+    /// A policy/v1 Eviction, so PodDisruptionBudgets apply; a refusal is retried with backoff.
     Evict,
+}
+
+impl EvictionMode {
+    /// The names flags and policy files use.
+    pub const NAMES: [&'static str; 2] = ["delete", "evict"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionMode::Delete => "delete",
+            EvictionMode::Evict => "evict",
+        }
+    }
+}
+
+impl std::str::FromStr for EvictionMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "delete" => Ok(EvictionMode::Delete),
+            "evict" => Ok(EvictionMode::Evict),
+            other => Err(format!(
+                "unknown eviction mode {other:?}: expected delete or evict"
+            )),
+        }
+    }
 }
 
 /// One attempt's identity; reports name it.

@@ -137,7 +137,7 @@ pub struct Term {
 
 /// What holds a due eviction back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum HeldBy {
+pub enum PacedBy {
     Brake { tainted: usize, nodes: usize },
     RateLimit,
 }
@@ -148,10 +148,10 @@ pub enum Effect {
     /// The engine decided this (logs and timelines). `Evict` means *due*, not started.
     Decided(Action),
     /// A due eviction is held by the rate limits or the brake.
-    Held {
+    Paced {
         pod: PodRef,
         eviction: EvictionId,
-        by: HeldBy,
+        by: PacedBy,
     },
     /// Carry out this attempt and report on it.
     Start(Attempt),
@@ -474,6 +474,21 @@ impl Pipeline {
     /// The next effect to carry out, in order.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
+    }
+
+    /// The virtual executor that `simulate` and `plan` share: the next effect, as
+    /// [`Pipeline::poll_effect`]; an attempt it starts is carried out at once and succeeds
+    /// (reported `Evicted` at `now`, so what follows from that comes next).
+    pub fn poll_effect_evicting_at_once(&mut self, now: Time) -> Option<Effect> {
+        let effect = self.effects.pop_front()?;
+        if let Effect::Start(attempt) = &effect {
+            let report = AttemptReport {
+                attempt: attempt.id,
+                result: AttemptResult::Evicted,
+            };
+            self.report(report, now);
+        }
+        Some(effect)
     }
 
     /// When [`Pipeline::tick`] must be called at the latest (besides any input): the next
@@ -971,7 +986,7 @@ impl Pipeline {
             && let Some(e) = self.entries.get(&id)
         {
             let by = self.held_by(e.pod.node.as_deref());
-            self.effects.push_back(Effect::Held {
+            self.effects.push_back(Effect::Paced {
                 pod: e.pod.clone(),
                 eviction: id,
                 by,
@@ -985,7 +1000,7 @@ impl Pipeline {
         let Some(view) = self.engine.pod_view(namespace, name) else {
             return;
         };
-        let Some(ev) = view.eviction.filter(|e| e.stage == Stage::InFlight) else {
+        let Some(ev) = view.eviction.filter(|e| e.stage == Stage::Due) else {
             return;
         };
         let Some(entry) = self.entries.get(&ev.id) else {
@@ -1122,12 +1137,12 @@ impl Pipeline {
         self.actions = actions;
     }
 
-    fn held_by(&self, node: Option<&str>) -> HeldBy {
+    fn held_by(&self, node: Option<&str>) -> PacedBy {
         if self.pacer.brake_holds(node) {
             let (nodes, tainted) = self.pacer.node_counts();
-            HeldBy::Brake { tainted, nodes }
+            PacedBy::Brake { tainted, nodes }
         } else {
-            HeldBy::RateLimit
+            PacedBy::RateLimit
         }
     }
 

@@ -55,15 +55,19 @@ pub enum DeadlineFrom {
     TaintTimeAdded,
 }
 
-/// How a pod is removed.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum EvictionMode {
-    /// DELETE, as upstream (PodDisruptionBudgets do not apply).
-    #[default]
-    Delete,
-    /// A policy/v1 Eviction, so PodDisruptionBudgets apply; a 429 is retried with backoff.
-    Evict,
+/// How a pod is removed: the pipeline's own type (`delete` or `evict`).
+pub use noexecute_engine::pipeline::EvictionMode;
+
+fn eviction_mode(s: &str) -> Result<EvictionMode, String> {
+    s.parse()
+}
+
+fn eviction_mode_file<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<EvictionMode>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    s.map(|s| s.parse().map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 use crate::adapters::time::parse_duration as duration;
@@ -106,7 +110,12 @@ pub struct PolicyArgs {
     #[arg(long, env = "NOEXECUTE_DRY_RUN")]
     pub dry_run: bool,
     /// `delete` (upstream) or `evict` (the Eviction API, honouring PodDisruptionBudgets).
-    #[arg(long, env = "NOEXECUTE_EVICTION_MODE", value_enum)]
+    #[arg(
+        long,
+        env = "NOEXECUTE_EVICTION_MODE",
+        value_parser = eviction_mode,
+        value_name = "delete|evict"
+    )]
     pub eviction_mode: Option<EvictionMode>,
     /// With --eviction-mode=evict: when a PodDisruptionBudget has blocked a pod's eviction
     /// for this long, delete it anyway (so an outage cannot block recovery forever). Unset:
@@ -154,6 +163,7 @@ struct PolicyFile {
     skip_terminal_pods: Option<bool>,
     dry_run: Option<bool>,
     stale_cache_guard: Option<bool>,
+    #[serde(default, deserialize_with = "eviction_mode_file")]
     eviction_mode: Option<EvictionMode>,
     pdb_timeout: Option<Offset>,
     max_evictions_per_second: Option<f64>,
@@ -338,10 +348,7 @@ impl Policy {
             pace: self.pace,
             release_brake: self.release_brake,
             concurrency,
-            mode: match self.eviction_mode {
-                EvictionMode::Delete => noexecute_engine::pipeline::EvictionMode::Delete,
-                EvictionMode::Evict => noexecute_engine::pipeline::EvictionMode::Evict,
-            },
+            mode: self.eviction_mode,
             pdb_timeout: self.pdb_timeout,
             dry_run: self.dry_run,
             stale_cache_guard: self.stale_cache_guard,

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::watcher;
 use noexecute_engine::pace::BrakeChange;
 use noexecute_engine::pipeline::{
-    AttemptId, AttemptReport, AttemptResult, Effect, ForeignSign, HeldBy, SignKind, Term, Watched,
+    AttemptId, AttemptReport, AttemptResult, Effect, ForeignSign, PacedBy, SignKind, Term, Watched,
 };
 use noexecute_engine::{Action, Pipeline, Time};
 use tokio::sync::mpsc;
@@ -27,7 +27,7 @@ use super::events::LEASE_ANNOTATION;
 use super::executor::{Control, Executor};
 use super::lease::{self, Leadership};
 use super::metrics::Metrics;
-use super::ratelimit::{Hold, RateLimiter};
+use super::ratelimit::{Priority, RateLimiter};
 use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watches};
 use crate::adapters::convert;
 
@@ -49,7 +49,7 @@ pub struct Driver {
     attempts: HashMap<AttemptId, (CancellationToken, CancellationToken)>,
     /// Held while evictions wait for an executor slot: events yield to them.
     limiter: Arc<RateLimiter>,
-    backlog: Option<Hold>,
+    backlog: Option<Priority>,
     /// When the pending gauge may be refreshed next, and whether a refresh was skipped.
     gauges_at: Option<std::time::Instant>,
     gauges_stale: bool,
@@ -377,7 +377,7 @@ impl Driver {
         }
         if self.pipeline.backlog() {
             if self.backlog.is_none() {
-                self.backlog = Some(self.limiter.hold());
+                self.backlog = Some(self.limiter.priority());
             }
         } else {
             self.backlog = None;
@@ -455,11 +455,11 @@ impl Driver {
                 refusing,
             } => self.foreign(&pod, &evidence, first, refusing),
             Effect::Decided(action) => log_decision(&action),
-            Effect::Held { pod, by, .. } => match by {
-                HeldBy::Brake { tainted, nodes } => {
+            Effect::Paced { pod, by, .. } => match by {
+                PacedBy::Brake { tainted, nodes } => {
                     tracing::info!(pod = %pod, tainted, nodes, "due eviction held by the mass-eviction brake")
                 }
-                HeldBy::RateLimit => {
+                PacedBy::RateLimit => {
                     tracing::debug!(pod = %pod, "due eviction held by the rate limits")
                 }
             },

@@ -45,10 +45,10 @@ impl RateLimiter {
 
     /// Mark urgent work as pending until the guard is dropped: background requests wait
     /// meanwhile (evictions queued in the executor hold one each).
-    pub fn hold(self: &std::sync::Arc<Self>) -> Hold {
+    pub fn priority(self: &std::sync::Arc<Self>) -> Priority {
         self.urgent
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Hold(self.clone())
+        Priority(self.clone())
     }
 
     /// Wait for a token, in order with other urgent requests (evictions).
@@ -121,11 +121,11 @@ impl RateLimiter {
     }
 }
 
-/// See [`RateLimiter::hold`].
+/// See [`RateLimiter::priority`].
 #[derive(Debug)]
-pub struct Hold(std::sync::Arc<RateLimiter>);
+pub struct Priority(std::sync::Arc<RateLimiter>);
 
-impl Drop for Hold {
+impl Drop for Priority {
     fn drop(&mut self) {
         self.0
             .urgent

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use noexecute_engine::pipeline::{AttemptReport, AttemptResult, Watched};
+use noexecute_engine::pipeline::Watched;
 use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::{TolerationTime, first_tolerating};
 use noexecute_engine::{Action, Effect, Pipeline, PipelineEffect, Taint, Time, Verdict};
@@ -210,7 +210,7 @@ pub fn run(
     let mut skipped: BTreeSet<String> = BTreeSet::new();
     let mut due: BTreeMap<String, (Time, String)> = BTreeMap::new();
     loop {
-        while let Some(effect) = pipeline.poll_effect() {
+        while let Some(effect) = pipeline.poll_effect_evicting_at_once(clock) {
             match effect {
                 PipelineEffect::Decided(Action::Evict {
                     pod,
@@ -244,13 +244,6 @@ pub fn run(
                         };
                         evicted.insert(pod, (clock, reason));
                     }
-                    pipeline.report(
-                        AttemptReport {
-                            attempt: attempt.id,
-                            result: AttemptResult::Evicted,
-                        },
-                        clock,
-                    );
                 }
                 _ => {}
             }

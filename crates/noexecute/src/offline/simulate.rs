@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use noexecute_engine::pace::BrakeChange;
-use noexecute_engine::pipeline::{Attempt, AttemptReport, AttemptResult, Effect, HeldBy};
+use noexecute_engine::pipeline::{Attempt, Effect, PacedBy};
 use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::add_default_tolerations;
 use noexecute_engine::{
@@ -294,7 +294,7 @@ impl Sim<'_> {
     }
 
     fn absorb_effects(&mut self) {
-        while let Some(effect) = self.pipeline.poll_effect() {
+        while let Some(effect) = self.pipeline.poll_effect_evicting_at_once(self.now) {
             let (pod, node, kind, reason) = match effect {
                 Effect::Decided(action) => {
                     let pod = action.pod().to_string();
@@ -316,12 +316,12 @@ impl Sim<'_> {
                         Action::Evict { .. } => continue,
                     }
                 }
-                Effect::Held { pod, by, .. } => {
+                Effect::Paced { pod, by, .. } => {
                     let reason = match by {
-                        HeldBy::Brake { tainted, nodes } => format!(
+                        PacedBy::Brake { tainted, nodes } => format!(
                             "mass-eviction brake: {tainted} of {nodes} nodes NoExecute-tainted"
                         ),
-                        HeldBy::RateLimit => "rate limit".into(),
+                        PacedBy::RateLimit => "rate limit".into(),
                     };
                     let node = pod.node.as_deref().map(str::to_string);
                     (pod.to_string(), node, Kind::Held, reason)
@@ -366,15 +366,8 @@ impl Sim<'_> {
         }
     }
 
-    /// The simulated executor: the attempt succeeds at once and the pod is gone.
+    /// The attempt succeeded at once (the pipeline's virtual executor): the pod is gone.
     fn evicted(&mut self, attempt: &Attempt) {
-        self.pipeline.report(
-            AttemptReport {
-                attempt: attempt.id,
-                result: AttemptResult::Evicted,
-            },
-            self.now,
-        );
         let (namespace, name) = (&attempt.pod.namespace, &attempt.pod.name);
         self.pods.remove(&(namespace.to_string(), name.to_string()));
         self.gone.push((namespace.clone(), name.clone()));
