@@ -259,7 +259,7 @@ fn status_command(args: StatusArgs) -> Result<ExitCode> {
         Output::Table => crate::controller::status::table(&status, false, &mut out)?,
         Output::Wide => crate::controller::status::table(&status, true, &mut out)?,
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?,
-        Output::Yaml => write!(out, "{}", serde_yaml_ng::to_string(&status)?)?,
+        Output::Yaml => write!(out, "{}", serde_saphyr::to_string(&status)?)?,
     }
     out.flush().context("writing the status")?;
     Ok(ExitCode::SUCCESS)
@@ -443,7 +443,7 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     match args.output {
         Output::Table | Output::Wide => print!("{}", explanation.text(now)),
         Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
-        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&explanation)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&explanation)?),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -135,7 +135,7 @@ pub fn yaml_entry(e: &Entry, w: &mut impl Write) -> io::Result<()> {
 
 /// One YAML list item.
 fn yaml_item(w: &mut impl Write, item: &impl Serialize) -> io::Result<()> {
-    let text = serde_yaml_ng::to_string(&[item]).map_err(io::Error::other)?;
+    let text = serde_saphyr::to_string(&[item]).map_err(io::Error::other)?;
     w.write_all(text.as_bytes())
 }
 

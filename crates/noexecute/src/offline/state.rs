@@ -513,7 +513,7 @@ mod tests {
         let from_file =
             ClusterState::from_file(&file, &PodLabels::All).unwrap_or_else(|e| panic!("{e}"));
         let value: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
-        let yaml_text = serde_yaml_ng::to_string(&value).unwrap_or_else(|e| panic!("{e}"));
+        let yaml_text = serde_saphyr::to_string(&value).unwrap_or_else(|e| panic!("{e}"));
         let yaml_file = dir.join("snap.yaml");
         std::fs::write(&yaml_file, yaml_text).unwrap_or_else(|e| panic!("{e}"));
         let from_yaml =
