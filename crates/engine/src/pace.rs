@@ -67,21 +67,26 @@ pub enum BrakeChange {
     Released { tainted: usize, nodes: usize },
 }
 
+/// A token bucket: `rate.per_second` tokens a second, at most `rate.burst` saved. The one
+/// bucket of the project: the pacer's rate limits and the live controller's client-side QPS
+/// limit (which reserves tokens ahead, going into debt) both count with it.
 #[derive(Copy, Clone, Debug)]
-struct Bucket {
+pub struct Bucket {
     tokens: f64,
     at: Time,
 }
 
 impl Bucket {
-    fn full(rate: &Rate, now: Time) -> Bucket {
+    /// A bucket with every token saved, as of `now`.
+    pub fn full(rate: &Rate, now: Time) -> Bucket {
         Bucket {
             tokens: f64::from(rate.burst.max(1)),
             at: now,
         }
     }
 
-    fn refill(&mut self, rate: &Rate, now: Time) {
+    /// Add what `now` brings since the last refill, up to the burst.
+    pub fn refill(&mut self, rate: &Rate, now: Time) {
         if now > self.at {
             let elapsed = (now.as_millis() - self.at.as_millis()) as f64 / 1000.0;
             self.tokens =
@@ -90,8 +95,34 @@ impl Bucket {
         }
     }
 
+    /// Tokens saved (negative: owed by reservations ahead).
+    pub fn tokens(&self) -> f64 {
+        self.tokens
+    }
+
+    /// Take `n` tokens at `now`, going into debt for what is not there yet; when the last of
+    /// them is due (`now` if they were all there). Reservations are served in the order made.
+    pub fn reserve(&mut self, rate: &Rate, now: Time, n: f64) -> Time {
+        self.refill(rate, now);
+        self.tokens -= n;
+        if self.tokens >= 0.0 {
+            return now;
+        }
+        let ms = (-self.tokens * 1000.0 / rate.per_second).ceil();
+        Time::from_millis(
+            self.at
+                .as_millis()
+                .saturating_add(ms.min(i64::MAX as f64) as i64),
+        )
+    }
+
+    /// Give `n` reserved tokens back (a wait that was cancelled), up to the burst.
+    pub fn give_back(&mut self, rate: &Rate, n: f64) {
+        self.tokens = (self.tokens + n).min(f64::from(rate.burst.max(1)));
+    }
+
     /// When the bucket holds a whole token (after refilling to `self.at`).
-    fn ready_at(&self, rate: &Rate) -> Time {
+    pub fn ready_at(&self, rate: &Rate) -> Time {
         if self.tokens >= 1.0 {
             return self.at;
         }

@@ -1,17 +1,20 @@
 //! Client-side rate limiting with client-go's semantics: a token bucket of `burst` tokens
 //! refilled at `qps` per second, shared by every request the controller makes (except the
-//! long-running watches). Waiters are served in order: each reserves the next token.
+//! long-running watches). Waiters are served in order: each reserves the next token. The
+//! counting is the core's token bucket ([`Bucket`]), on milliseconds since the limiter began.
 
 use std::time::Duration;
 
+use noexecute_engine::Time;
+use noexecute_engine::pace::{Bucket, Rate};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct RateLimiter {
-    qps: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
+    rate: Rate,
+    origin: Instant,
+    state: Mutex<Bucket>,
     /// Callers of [`RateLimiter::acquire`] waiting for a token: background requests yield to
     /// them.
     urgent: std::sync::atomic::AtomicUsize,
@@ -19,28 +22,29 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     pub fn new(qps: f64, burst: u32) -> RateLimiter {
-        let burst = f64::from(burst.max(1));
+        let rate = Rate {
+            per_second: qps.max(0.001),
+            burst: burst.max(1),
+        };
         RateLimiter {
-            qps: qps.max(0.001),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
+            rate,
+            origin: Instant::now(),
+            state: Mutex::new(Bucket::full(&rate, Time::from_millis(0))),
             urgent: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
+    /// Now, on the bucket's clock.
+    fn now(&self) -> Time {
+        Time::from_millis(Instant::now().duration_since(self.origin).as_millis() as i64)
+    }
+
     /// How long the caller must wait for its token (reserving it).
     async fn reserve(&self, n: f64) -> Duration {
-        let mut state = self.state.lock().await;
-        let now = Instant::now();
-        let (tokens, last) = *state;
-        let refilled = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-        let left = refilled - n;
-        *state = (left, now);
-        if left >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-left / self.qps)
-        }
+        let mut bucket = self.state.lock().await;
+        let now = self.now();
+        let at = bucket.reserve(&self.rate, now, n);
+        at.since(now)
     }
 
     /// Mark urgent work as pending until the guard is dropped: background requests wait
@@ -92,8 +96,7 @@ impl RateLimiter {
             }
         };
         if !got {
-            let mut state = self.state.lock().await;
-            state.0 = (state.0 + n).min(self.burst);
+            self.state.lock().await.give_back(&self.rate, n);
         }
         self.urgent.fetch_sub(1, Ordering::SeqCst);
         got && !cancel.is_cancelled()
@@ -105,18 +108,15 @@ impl RateLimiter {
         use std::sync::atomic::Ordering;
         loop {
             if self.urgent.load(Ordering::SeqCst) == 0 {
-                let mut state = self.state.lock().await;
-                let now = Instant::now();
-                let (tokens, last) = *state;
-                let refilled =
-                    (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-                if refilled >= 1.0 {
-                    *state = (refilled - 1.0, now);
+                let mut bucket = self.state.lock().await;
+                let now = self.now();
+                bucket.refill(&self.rate, now);
+                if bucket.tokens() >= 1.0 {
+                    bucket.reserve(&self.rate, now, 1.0);
                     return;
                 }
-                *state = (refilled, now);
             }
-            tokio::time::sleep(Duration::from_secs_f64(1.0 / self.qps)).await;
+            tokio::time::sleep(Duration::from_secs_f64(1.0 / self.rate.per_second)).await;
         }
     }
 }
@@ -136,6 +136,20 @@ impl Drop for Priority {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_are_served_in_order_at_the_rate_and_pairs_back_to_back() {
+        let limiter = RateLimiter::new(10.0, 1);
+        let start = Instant::now();
+        let never = tokio_util::sync::CancellationToken::new();
+        let mut at = Vec::new();
+        for n in [1, 1, 2, 1] {
+            assert!(limiter.acquire_n_unless(n, &never).await);
+            at.push(Instant::now().duration_since(start).as_millis());
+        }
+        // The burst at once, then 100 ms a token; the pair waits for both of its tokens.
+        assert_eq!(at, [0, 100, 300, 400]);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn background_requests_yield_to_urgent_ones() {
