@@ -429,3 +429,27 @@ fn the_guard_forgets_pods_a_relist_removed() {
         "the guard still remembers a pod that is gone"
     );
 }
+
+/// Hole 6: `/status` formatted every pending eviction on the controller's own thread. It now
+/// asks for the earliest `limit` and gets the total beside them: the rows are the earliest
+/// deadlines, in order, whatever the number pending.
+#[test]
+fn countdowns_are_bounded_to_the_earliest_deadlines() {
+    let mut p = Pipeline::acting(PipelineConfig::default());
+    p.upsert_node(&node("n", vec![Taint::no_execute("k", "v")]), false, t(0));
+    for i in 0..1_000i64 {
+        // Deadlines from 1,000 s down to 1 s: the last pods are due first.
+        let pod = PodObservation::new("ns", &format!("p{i:04}"), &format!("u{i}"), Some("n"))
+            .with_tolerations(vec![Toleration::exists("k", None).for_seconds(1_000 - i)]);
+        p.upsert_pod(pod, t(0));
+    }
+    drain(&mut p);
+    let c = p.countdowns(|_| true, 10);
+    assert_eq!(c.total, 1_000);
+    let names: Vec<&str> = c.rows.iter().map(|r| &*r.pod.name).collect();
+    let want: Vec<String> = (990..1_000).rev().map(|i| format!("p{i:04}")).collect();
+    assert_eq!(names, want, "the ten due first, earliest first");
+    assert!(c.rows.windows(2).all(|w| w[0].deadline <= w[1].deadline));
+    let some = p.countdowns(|pod| pod.name.ends_with('7'), 1_000);
+    assert_eq!((some.total, some.rows.len()), (100, 100));
+}

@@ -442,3 +442,61 @@ async fn a_leader_frozen_past_its_term_writes_nothing_when_it_thaws() -> Result<
     assert_eq!(code, 1, "lost leadership exits 1:\n{old_log}");
     ns.cleanup().await
 }
+
+/// Hole 5: a node relabelled out of `--node-selector` is another shard's. The eviction this
+/// controller counted down for its pod must not fire (here: the node stays tainted, and the
+/// 6 s toleration runs out after the relabel), while the same eviction on a node still
+/// selected does, in the same window.
+#[tokio::test]
+async fn a_node_relabelled_out_of_the_selector_keeps_no_eviction() -> Result<()> {
+    let plane = plane()?;
+    let ns = TestNamespace::create(&plane.admin_client().await?, "selector").await?;
+    let leaves = ns.create_node("leaves", vec![]).await?;
+    let stays = ns.create_node("stays", vec![]).await?;
+    let toleration = || vec![tolerate("example.com/t", Some(6))];
+    ns.create_pod(&pod("kept", &leaves, toleration(), Some(0)))
+        .await?;
+    ns.create_pod(&pod("goes", &stays, toleration(), Some(0)))
+        .await?;
+    let selector = ns.node_selector();
+    let mut c = Controller::start(
+        plane,
+        binary(),
+        &format!("{}-selector", ns.name),
+        &[
+            "--node-selector",
+            &selector,
+            "--leader-elect=false",
+            "--identity",
+            "selector",
+        ],
+    )?;
+    c.wait_ready(Duration::from_secs(30)).await?;
+    add_taint(&ns.nodes(), &leaves, no_execute("example.com/t", "")).await?;
+    add_taint(&ns.nodes(), &stays, no_execute("example.com/t", "")).await?;
+    eventually(Duration::from_secs(10), "both countdowns", || async {
+        Ok((c.metric("noexecute_scheduled_evictions").await? == Some(2.0)).then_some(()))
+    })
+    .await?;
+    // Another shard's now.
+    let (key, _) = selector
+        .split_once('=')
+        .context("the selector is key=value")?;
+    let relabel = serde_json::json!({ "metadata": { "labels": { key: "another-shard" } } });
+    ns.nodes()
+        .patch(
+            &leaves,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&relabel),
+        )
+        .await?;
+    wait_evicted(&ns.pods(), "goes", Duration::from_secs(12)).await?;
+    assert_not_evicted_for(&ns.pods(), "kept", Duration::from_secs(4)).await?;
+    let log = c.log_text();
+    assert!(
+        log.contains("no longer matches --node-selector"),
+        "the leave was not seen:\n{log}"
+    );
+    let _ = c.terminate(Duration::from_secs(20)).await?;
+    ns.cleanup().await
+}

@@ -396,6 +396,11 @@ impl Pipeline {
         self.engine.queued_count()
     }
 
+    /// Whether the node is known (an add or update was seen, and no delete or leave since).
+    pub fn knows_node(&self, name: &str) -> bool {
+        self.engine.node_exists(name)
+    }
+
     /// Pods known (on any node).
     pub fn pod_count(&self) -> usize {
         self.engine.pod_count()
@@ -594,9 +599,10 @@ impl Pipeline {
         if self.nodes.active {
             self.nodes.seen.insert(node.name.clone());
         }
+        // The release first: the decisions this update brings start (or are held) under it.
+        self.set_node_released(&node.name, released);
         self.engine.upsert_node(node, now, &mut self.actions);
         self.absorb(now, false);
-        self.set_node_released(&node.name, released);
         self.settle(now);
     }
 

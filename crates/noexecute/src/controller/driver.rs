@@ -233,6 +233,17 @@ impl Driver {
         self.set_term(seen);
         self.metrics.leader.set(i64::from(seen.leading));
         let stop = loop {
+            // A renewal (or a loss) the lease has already published goes in before the
+            // clock: a term renewed just before its deadline is not ended by this turn's tick.
+            if let Some(state) = leadership.poll_change() {
+                let lost = state.lost_since(seen);
+                seen = state;
+                self.metrics.leader.set(i64::from(state.leading));
+                self.set_term(state);
+                if lost {
+                    break Stop::LostLeadership;
+                }
+            }
             // Deadlines that are due go first, a batch a turn (`Pipeline::tick`), whatever
             // waits in the channels: a stream of reports cannot hold them back.
             if self
@@ -318,6 +329,20 @@ impl Driver {
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Nodes),
             watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
+                // With `--node-selector` the watch has every node and the selector is applied
+                // here, so a node relabelled out of it arrives as an update (a selecting watch
+                // would say "deleted", with the old labels, as for a real deletion).
+                let ours = self.node_selector.as_ref().is_none_or(|s| {
+                    s.matches(node.metadata.labels.as_ref().unwrap_or(&Default::default()))
+                });
+                if !ours {
+                    let name = node.metadata.name.as_deref().unwrap_or_default();
+                    if self.pipeline.knows_node(name) {
+                        tracing::info!(node = %name, "node no longer matches --node-selector: its pods' evictions are another's now");
+                        self.pipeline.node_left(name, now);
+                    }
+                    return;
+                }
                 let mut obs = convert::node(&node);
                 for taint in &mut obs.taints {
                     taint.time_added = taint.time_added.map(|t| self.clock.from_wall(t));
@@ -326,18 +351,8 @@ impl Driver {
                 self.pipeline.upsert_node(&obs, release, now);
             }
             watcher::Event::Delete(node) => {
-                // A watch with a label selector says "deleted" too when a node stops matching
-                // it; the object it sends then no longer matches.
-                let left = self.node_selector.as_ref().is_some_and(|s| {
-                    !s.matches(node.metadata.labels.as_ref().unwrap_or(&Default::default()))
-                });
                 let name = node.metadata.name.unwrap_or_default();
-                if left {
-                    tracing::info!(node = %name, "node no longer matches --node-selector: its pods' evictions are another's now");
-                    self.pipeline.node_left(&name, now);
-                } else {
-                    self.pipeline.delete_node(&name, now);
-                }
+                self.pipeline.delete_node(&name, now);
             }
             watcher::Event::InitDone => self.pipeline.listing_done(Watched::Nodes, now),
         }

@@ -87,6 +87,7 @@ impl EventSink {
         leadership: Leadership,
         limiter: Arc<RateLimiter>,
         metrics: Metrics,
+        timeout: Duration,
         shutdown: CancellationToken,
     ) -> (EventSink, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -102,6 +103,7 @@ impl EventSink {
             leadership,
             limiter,
             metrics,
+            timeout,
             seen: HashMap::new(),
             order: VecDeque::new(),
         };
@@ -126,6 +128,8 @@ struct Sender {
     leadership: Leadership,
     limiter: Arc<RateLimiter>,
     metrics: Metrics,
+    /// Bound on every write (as the executor's: within the lease's fence).
+    timeout: Duration,
     /// (namespace, pod, reason, message) → the Event we wrote.
     seen: HashMap<Key, Seen>,
     /// The keys of `seen` by when they were last used, oldest first (a key used again is
@@ -142,13 +146,13 @@ impl Sender {
             let request = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
-                    // Flush what is queued for at most 2 s (each write still fenced), then stop.
-                    let flush = async {
-                        while let Ok(r) = rx.try_recv() {
-                            self.send(r).await;
-                        }
-                    };
-                    let _ = tokio::time::timeout(Duration::from_secs(2), flush).await;
+                    // Flush what is queued for about 2 s (each write fenced by its term and
+                    // bounded by the timeout; a write once begun is let finish), then stop.
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                    while tokio::time::Instant::now() < deadline {
+                        let Ok(r) = rx.try_recv() else { break };
+                        self.send(r).await;
+                    }
                     return;
                 }
                 r = rx.recv() => match r { Some(r) => r, None => return },
@@ -217,12 +221,18 @@ impl Sender {
                 "count": count,
                 "lastTimestamp": K8sTime(stamp),
             });
-            if let Err(e) = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                self.metrics.api_error("patch");
-                tracing::debug!(error = %e, "could not update an event");
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            let write = api.patch(&name, &params, &patch);
+            match tokio::time::timeout(self.timeout, write).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    self.metrics.api_error("patch");
+                    tracing::debug!(error = %e, "could not update an event");
+                }
+                Err(_) => {
+                    self.metrics.api_error("patch");
+                    tracing::debug!("updating an event timed out");
+                }
             }
             return;
         }
@@ -259,7 +269,12 @@ impl Sender {
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
         };
-        match api.create(&PostParams::default(), &event).await {
+        let params = PostParams::default();
+        let write = api.create(&params, &event);
+        match tokio::time::timeout(self.timeout, write)
+            .await
+            .unwrap_or_else(|_| Err(kube::Error::Service("timed out".into())))
+        {
             Ok(_) => {
                 self.remember(
                     key,

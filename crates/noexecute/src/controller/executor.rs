@@ -177,6 +177,15 @@ impl Executor {
         let this = self.clone();
         self.tasks.spawn(async move {
             let result = this.attempt(&attempt, &control).await;
+            // An attempt that failed before it could write still tried to carry the eviction
+            // out (upstream announces before its requests, whatever they answer); only one
+            // that was stopped announces nothing. The pipeline drops the announcement after
+            // any report but `Cancelled`.
+            if matches!(result, AttemptResult::Failed { .. })
+                && !control.wrote.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                this.announce(&attempt, "");
+            }
             this.record(&attempt, &result);
             let _ = this.reports.send(AttemptReport {
                 attempt: attempt.id,
@@ -247,17 +256,17 @@ impl Executor {
         if tokens > 0 && !self.limiter.acquire_n_unless(tokens, stop).await {
             return Err(CallError::Stopped);
         }
-        if control.cancel.is_cancelled() || (!wrote && control.hold.is_cancelled()) {
+        if control.cancel.is_cancelled()
+            || (!wrote && control.hold.is_cancelled())
+            || (verb != "get" && !self.leadership.may_write(a.term))
+        {
+            // Sent nothing: the tokens are not spent.
+            self.limiter.give_back(tokens).await;
             return Err(CallError::Stopped);
         }
-        if verb != "get" {
-            if !self.leadership.may_write(a.term) {
-                return Err(CallError::Stopped);
-            }
-            if !control.wrote.swap(true, Ordering::Relaxed) {
-                // Upstream announces an eviction as it starts to carry it out.
-                self.announce(a, "");
-            }
+        // Upstream announces an eviction as it starts to carry it out: before the first write.
+        if verb != "get" && !control.wrote.swap(true, Ordering::Relaxed) {
+            self.announce(a, "");
         }
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
@@ -413,17 +422,30 @@ impl Executor {
             .await
         {
             Ok(p) => p,
-            Err(CallError::Status(404, _)) => return AttemptResult::Gone(GoneReason::NotFound),
-            Err(CallError::Status(409, m)) if uid_conflict(&m) => {
-                return AttemptResult::Gone(GoneReason::Replaced);
+            Err(e) => {
+                // The DELETE's token was taken with the patch's: unused, it goes back.
+                if !matches!(e, CallError::Stopped) {
+                    self.limiter.give_back(1).await;
+                }
+                return match e {
+                    CallError::Status(404, _) => AttemptResult::Gone(GoneReason::NotFound),
+                    CallError::Status(409, m) if uid_conflict(&m) => {
+                        AttemptResult::Gone(GoneReason::Replaced)
+                    }
+                    e => failed("patch status", e),
+                };
             }
-            Err(e) => return failed("patch status", e),
         };
-        if patched.metadata.uid.as_deref() != Some(uid) {
-            return AttemptResult::Gone(GoneReason::Replaced);
-        }
-        if patched.metadata.deletion_timestamp.is_some() {
-            return AttemptResult::Gone(GoneReason::Terminating);
+        let ended = if patched.metadata.uid.as_deref() != Some(uid) {
+            Some(AttemptResult::Gone(GoneReason::Replaced))
+        } else if patched.metadata.deletion_timestamp.is_some() {
+            Some(AttemptResult::Gone(GoneReason::Terminating))
+        } else {
+            None
+        };
+        if let Some(result) = ended {
+            self.limiter.give_back(1).await;
+            return result;
         }
         let params = DeleteParams {
             preconditions: Some(Preconditions {

@@ -99,6 +99,14 @@ impl Leadership {
         fence.allows(term, Instant::now())
     }
 
+    /// The latest state if it changed since last seen (marked as seen), without waiting.
+    pub fn poll_change(&mut self) -> Option<Term> {
+        match self.changes.has_changed() {
+            Ok(true) => Some(*self.changes.borrow_and_update()),
+            _ => None,
+        }
+    }
+
     /// The latest state, marked as seen.
     pub fn current(&mut self) -> Term {
         *self.changes.borrow_and_update()
@@ -228,9 +236,12 @@ impl Elector {
     /// One `tryAcquireOrRenew`. `holding`: we hold the lease, so a missing Lease or another
     /// holder means someone else changed it, and our term is over.
     async fn try_acquire_or_renew(&mut self, holding: bool) -> kube::Result<Claim> {
-        let now = Instant::now();
         let secs = self.cfg.lease_duration.as_secs().max(1) as i32;
-        let existing = match self.api.get_opt(&self.cfg.name).await? {
+        let read = self.api.get_opt(&self.cfg.name).await?;
+        // When the read *returned* (as client-go stamps it): a holder's renewal may have been
+        // written just before our read arrived, and its lease runs from then.
+        let now = Instant::now();
+        let existing = match read {
             Some(lease) => {
                 self.missing_since = None;
                 lease

@@ -332,6 +332,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
 
     let (report_tx, report_rx) = tokio::sync::mpsc::unbounded_channel();
     let lease_name = format!("{lease_namespace}/{}", args.leader_elect_name);
+    // The event sender stops after the executor has drained (its last attempts announce
+    // through it), and before the Lease is released.
+    let events_stop = CancellationToken::new();
     let (events, events_task) = events::EventSink::spawn(
         client.clone(),
         args.event_component.clone(),
@@ -340,7 +343,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         leadership.clone(),
         limiter.clone(),
         metrics.clone(),
-        shutdown.clone(),
+        request_timeout,
+        events_stop.clone(),
     );
     let executor = executor::Executor::new(
         client.clone(),
@@ -355,10 +359,25 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         },
     )
     .with_events(events.clone());
+    // The node selector is applied by the driver when it can read it, so that a node
+    // relabelled out of it is seen leaving (a selecting watch reports it deleted, with its old
+    // labels). Otherwise the API server selects, and a node that leaves counts as deleted.
+    let (node_selector, server_selector) = match args
+        .node_selector
+        .as_deref()
+        .map(crate::adapters::selector::Selector::parse)
+    {
+        None => (None, None),
+        Some(Ok(selector)) => (Some(selector), None),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "--node-selector is left to the API server: a node relabelled out of it is taken as deleted");
+            (None, args.node_selector.as_deref())
+        }
+    };
     let watches = watch::spawn(
         client,
         args.page_size,
-        args.node_selector.as_deref(),
+        server_selector,
         metrics.clone(),
         shutdown.clone(),
     );
@@ -371,19 +390,6 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             crate::adapters::time::random_u64(),
         )
     });
-    let node_selector = match args
-        .node_selector
-        .as_deref()
-        .map(crate::adapters::selector::Selector::parse)
-    {
-        None => None,
-        Some(Ok(selector)) => Some(selector),
-        Some(Err(e)) => {
-            // The API server understood it; only node removals are then all taken as deletions.
-            tracing::warn!(error = %e, "--node-selector: cannot tell a node that left the selector from a deleted one");
-            None
-        }
-    };
     let driver = driver::Driver::new(
         pipeline,
         policy,
@@ -426,6 +432,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // by its term), then release the lease and stop serving. Nothing of this term's can
     // follow a standby's first write.
     executor.drain().await;
+    events_stop.cancel();
     let _ = events_task.await;
     lease_stop.cancel();
     if let Some(task) = lease_task

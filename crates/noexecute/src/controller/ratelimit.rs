@@ -95,11 +95,19 @@ impl RateLimiter {
                 _ = tokio::time::sleep(wait) => true,
             }
         };
+        let got = got && !cancel.is_cancelled();
         if !got {
             self.state.lock().await.give_back(&self.rate, n);
         }
         self.urgent.fetch_sub(1, Ordering::SeqCst);
-        got && !cancel.is_cancelled()
+        got
+    }
+
+    /// Give back `n` tokens taken and not spent (a request that was not sent).
+    pub async fn give_back(&self, n: u32) {
+        if n > 0 {
+            self.state.lock().await.give_back(&self.rate, f64::from(n));
+        }
     }
 
     /// Wait for a token that no urgent request needs (events): the shared budget stays the
