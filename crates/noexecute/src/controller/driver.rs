@@ -103,6 +103,15 @@ impl Driver {
         }
     }
 
+    /// The lease published `state` (after `seen`): hand it over; whether a term was lost.
+    fn leadership_changed(&mut self, state: lease::Term, seen: &mut lease::Term) -> bool {
+        let lost = state.lost_since(*seen);
+        *seen = state;
+        self.metrics.leader.set(i64::from(state.leading));
+        self.set_term(state);
+        lost
+    }
+
     /// Leadership as the lease has it, as a term with a deadline on the pipeline's clock.
     fn set_term(&mut self, state: lease::Term) {
         let term = state.leading.then(|| Term {
@@ -235,14 +244,10 @@ impl Driver {
         let stop = loop {
             // A renewal (or a loss) the lease has already published goes in before the
             // clock: a term renewed just before its deadline is not ended by this turn's tick.
-            if let Some(state) = leadership.poll_change() {
-                let lost = state.lost_since(seen);
-                seen = state;
-                self.metrics.leader.set(i64::from(state.leading));
-                self.set_term(state);
-                if lost {
-                    break Stop::LostLeadership;
-                }
+            if let Some(state) = leadership.poll_change()
+                && self.leadership_changed(state, &mut seen)
+            {
+                break Stop::LostLeadership;
             }
             // Deadlines that are due go first, a batch a turn (`Pipeline::tick`), whatever
             // waits in the channels: a stream of reports cannot hold them back.
@@ -268,11 +273,7 @@ impl Driver {
                 biased;
                 _ = shutdown.cancelled() => break Stop::Shutdown,
                 state = leadership.changed() => {
-                    let lost = state.lost_since(seen);
-                    seen = state;
-                    self.metrics.leader.set(i64::from(state.leading));
-                    self.set_term(state);
-                    if lost {
+                    if self.leadership_changed(state, &mut seen) {
                         break Stop::LostLeadership;
                     }
                 }
