@@ -52,6 +52,6 @@ pub use pipeline::{
     Pipeline, PipelineConfig,
 };
 pub use schedule::DeadlineQueue;
-pub use taint::{Effect, Taint};
+pub use taint::{Taint, TaintEffect};
 pub use time::Time;
 pub use toleration::{Operator, Toleration, TolerationTime, Verdict};

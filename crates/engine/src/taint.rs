@@ -7,7 +7,7 @@ use crate::time::Time;
 /// A taint effect. Only `NoExecute` drives eviction; the others are kept so that matching and
 /// display stay exact.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Effect {
+pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
     NoExecute,
@@ -17,27 +17,27 @@ pub enum Effect {
     Other(Box<str>),
 }
 
-impl Effect {
-    pub fn parse(s: &str) -> Effect {
+impl TaintEffect {
+    pub fn parse(s: &str) -> TaintEffect {
         match s {
-            "NoSchedule" => Effect::NoSchedule,
-            "PreferNoSchedule" => Effect::PreferNoSchedule,
-            "NoExecute" => Effect::NoExecute,
-            other => Effect::Other(other.into()),
+            "NoSchedule" => TaintEffect::NoSchedule,
+            "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+            "NoExecute" => TaintEffect::NoExecute,
+            other => TaintEffect::Other(other.into()),
         }
     }
 
     pub fn as_str(&self) -> &str {
         match self {
-            Effect::NoSchedule => "NoSchedule",
-            Effect::PreferNoSchedule => "PreferNoSchedule",
-            Effect::NoExecute => "NoExecute",
-            Effect::Other(s) => s,
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+            TaintEffect::Other(s) => s,
         }
     }
 }
 
-impl fmt::Display for Effect {
+impl fmt::Display for TaintEffect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -48,14 +48,14 @@ impl fmt::Display for Effect {
 pub struct Taint {
     pub key: String,
     pub value: String,
-    pub effect: Effect,
+    pub effect: TaintEffect,
     /// When the taint was added, if the API object says so. Upstream ignores it; the engine uses
     /// it only under the restart-safe deadline policy.
     pub time_added: Option<Time>,
 }
 
 impl Taint {
-    pub fn new(key: impl Into<String>, value: impl Into<String>, effect: Effect) -> Self {
+    pub fn new(key: impl Into<String>, value: impl Into<String>, effect: TaintEffect) -> Self {
         Taint {
             key: key.into(),
             value: value.into(),
@@ -66,11 +66,11 @@ impl Taint {
 
     /// A `NoExecute` taint, the only kind the engine acts on.
     pub fn no_execute(key: impl Into<String>, value: impl Into<String>) -> Self {
-        Taint::new(key, value, Effect::NoExecute)
+        Taint::new(key, value, TaintEffect::NoExecute)
     }
 
     pub fn is_no_execute(&self) -> bool {
-        self.effect == Effect::NoExecute
+        self.effect == TaintEffect::NoExecute
     }
 
     /// Upstream `Taint.MatchTaint`: the same key and effect, whatever the value. This is how

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::taint::{Effect, Taint};
+use crate::taint::{Taint, TaintEffect};
 
 /// The largest `tolerationSeconds` that Go's `time.Duration(s) * time.Second` holds without
 /// wrapping (`i64::MAX / 1e9`). Upstream wraps past it, so a toleration of 300 years can turn
@@ -56,14 +56,18 @@ pub struct Toleration {
     pub operator: Operator,
     pub value: String,
     /// `None` matches every effect.
-    pub effect: Option<Effect>,
+    pub effect: Option<TaintEffect>,
     /// `None` tolerates forever; `<= 0` means evict at once.
     pub toleration_seconds: Option<i64>,
 }
 
 impl Toleration {
     /// `key=value:effect` tolerated forever with the `Equal` operator.
-    pub fn equal(key: impl Into<String>, value: impl Into<String>, effect: Option<Effect>) -> Self {
+    pub fn equal(
+        key: impl Into<String>,
+        value: impl Into<String>,
+        effect: Option<TaintEffect>,
+    ) -> Self {
         Toleration {
             key: key.into(),
             operator: Operator::Equal,
@@ -74,7 +78,7 @@ impl Toleration {
     }
 
     /// `key` (any value) tolerated forever with the `Exists` operator.
-    pub fn exists(key: impl Into<String>, effect: Option<Effect>) -> Self {
+    pub fn exists(key: impl Into<String>, effect: Option<TaintEffect>) -> Self {
         Toleration {
             key: key.into(),
             operator: Operator::Exists,
@@ -335,12 +339,14 @@ pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 pub fn add_default_tolerations(tolerations: &mut Vec<Toleration>, seconds: i64) {
     let covers = |tolerations: &[Toleration], key: &str| {
         tolerations.iter().any(|t| {
-            (t.key == key || t.key.is_empty()) && matches!(t.effect, None | Some(Effect::NoExecute))
+            (t.key == key || t.key.is_empty())
+                && matches!(t.effect, None | Some(TaintEffect::NoExecute))
         })
     };
     for key in [NOT_READY_TAINT, UNREACHABLE_TAINT] {
         if !covers(tolerations, key) {
-            tolerations.push(Toleration::exists(key, Some(Effect::NoExecute)).for_seconds(seconds));
+            tolerations
+                .push(Toleration::exists(key, Some(TaintEffect::NoExecute)).for_seconds(seconds));
         }
     }
 }

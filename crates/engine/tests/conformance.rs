@@ -22,8 +22,8 @@ use noexecute_engine::*;
 #[test]
 fn a01_filter_no_execute_taints() {
     let taints = [
-        Taint::new("one", "one", Effect::NoExecute),
-        Taint::new("two", "two", Effect::NoSchedule),
+        Taint::new("one", "one", TaintEffect::NoExecute),
+        Taint::new("two", "two", TaintEffect::NoSchedule),
     ];
     let filtered = noexecute_engine::taint::no_execute_taints(&taints);
     assert_eq!(filtered.len(), 1);
@@ -263,8 +263,8 @@ fn a21_first_toleration_to_run_out_decides() {
 #[test]
 fn a22_update_node_with_multiple_taints() {
     let tolerations = vec![
-        Toleration::exists("testTaint1", Some(Effect::NoExecute)),
-        Toleration::exists("testTaint2", Some(Effect::NoExecute)).for_seconds(60),
+        Toleration::exists("testTaint1", Some(TaintEffect::NoExecute)),
+        Toleration::exists("testTaint2", Some(TaintEffect::NoExecute)).for_seconds(60),
     ];
     let mut h = Harness::default();
     h.pod(pod("pod1", Some("node1"), tolerations));
@@ -533,7 +533,7 @@ fn a_implied_negative_toleration_evicts_at_once() {
     );
     // `toleration(1, -5)` means "forever" in upstream's helper; build the negative one directly.
     assert!(h.evicted_at("pod1").is_empty());
-    let t = Toleration::equal("testTaint1", "test1", Some(Effect::NoExecute)).for_seconds(-5);
+    let t = Toleration::equal("testTaint1", "test1", Some(TaintEffect::NoExecute)).for_seconds(-5);
     let h = create_pod_case(vec![taint(1)], pod("pod1", Some("node1"), vec![t]));
     assert_eq!(h.evicted_at("pod1"), vec![secs(0.0)]);
 }
@@ -542,7 +542,7 @@ fn a_implied_negative_toleration_evicts_at_once() {
 fn a_implied_first_matching_toleration_counts() {
     // The 10 s toleration comes first, so the forever wildcard after it is never used.
     let tolerations = vec![
-        Toleration::exists("testTaint1", Some(Effect::NoExecute)).for_seconds(10),
+        Toleration::exists("testTaint1", Some(TaintEffect::NoExecute)).for_seconds(10),
         Toleration::exists("", None),
     ];
     let mut h = create_pod_case(vec![taint(1)], pod("pod1", Some("node1"), tolerations));
@@ -584,7 +584,7 @@ fn a_implied_node_update_without_no_execute_change_is_ignored() {
     h.advance_secs(10.0);
     h.node(
         "node1",
-        vec![Taint::new("x", "y", Effect::NoSchedule), taint(1)],
+        vec![Taint::new("x", "y", TaintEffect::NoSchedule), taint(1)],
     );
     assert_eq!(h.log.len(), before);
 }
@@ -730,7 +730,7 @@ fn b5_completion_of_a_replaced_eviction_does_not_remove_the_replacement() {
 
 // === §19.C core/v1 toleration and taint tests ===
 
-fn tol(key: &str, op: &str, value: &str, effect: Option<Effect>) -> Toleration {
+fn tol(key: &str, op: &str, value: &str, effect: Option<TaintEffect>) -> Toleration {
     Toleration {
         key: key.into(),
         operator: Operator::parse(op),
@@ -741,11 +741,11 @@ fn tol(key: &str, op: &str, value: &str, effect: Option<Effect>) -> Toleration {
 }
 
 fn ns_taint(key: &str, value: &str) -> Taint {
-    Taint::new(key, value, Effect::NoSchedule)
+    Taint::new(key, value, TaintEffect::NoSchedule)
 }
 
-fn ns() -> Option<Effect> {
-    Some(Effect::NoSchedule)
+fn ns() -> Option<TaintEffect> {
+    Some(TaintEffect::NoSchedule)
 }
 
 /// One test per `TestTolerationToleratesTaint` case: toleration, taint, gate => tolerated.
@@ -764,7 +764,7 @@ tolerates_cases! {
     c03_empty_key_exists_matches_any_key: tol("", "Exists", "", ns()), ns_taint("foo", "bar"), gate false => true;
     c04_equal_matches_same_value: tol("foo", "Equal", "bar", ns()), ns_taint("foo", "bar"), gate false => true;
     c05_equal_rejects_other_value: tol("foo", "Equal", "value1", ns()), ns_taint("foo", "value2"), gate false => false;
-    c06_effect_must_match: tol("foo", "Equal", "bar", ns()), Taint::new("foo", "bar", Effect::NoExecute), gate false => false;
+    c06_effect_must_match: tol("foo", "Equal", "bar", ns()), Taint::new("foo", "bar", TaintEffect::NoExecute), gate false => false;
     c07_gt_threshold_above_value: tol("node.kubernetes.io/sla", "Gt", "950", ns()), ns_taint("node.kubernetes.io/sla", "800"), gate true => false;
     c08_gt_value_above_threshold: tol("node.kubernetes.io/sla", "Gt", "750", ns()), ns_taint("node.kubernetes.io/sla", "950"), gate true => true;
     c09_lt_value_above_threshold: tol("node.kubernetes.io/sla", "Lt", "800", ns()), ns_taint("node.kubernetes.io/sla", "950"), gate true => false;
@@ -776,7 +776,7 @@ tolerates_cases! {
     // Implied: without the gate Lt/Gt never match, even where they would with it.
     c_implied_gt_without_gate: tol("node.kubernetes.io/sla", "Gt", "750", ns()), ns_taint("node.kubernetes.io/sla", "950"), gate false => false;
     c_implied_unknown_operator: tol("foo", "Matches", "bar", ns()), ns_taint("foo", "bar"), gate true => false;
-    c_implied_empty_effect_matches_all: tol("foo", "Exists", "", None), Taint::new("foo", "", Effect::NoExecute), gate false => true;
+    c_implied_empty_effect_matches_all: tol("foo", "Exists", "", None), Taint::new("foo", "", TaintEffect::NoExecute), gate false => true;
     c_implied_empty_operator_is_equal: tol("foo", "", "bar", None), ns_taint("foo", "bar"), gate false => true;
     c_implied_equal_empty_value_only_matches_empty: tol("foo", "Equal", "", None), ns_taint("foo", "bar"), gate false => false;
 }
@@ -840,12 +840,15 @@ fn c_compare_numeric_values() {
 fn c_taint_to_string() {
     let cases = [
         (
-            Taint::new("foo", "bar", Effect::NoSchedule),
+            Taint::new("foo", "bar", TaintEffect::NoSchedule),
             "foo=bar:NoSchedule",
         ),
-        (Taint::new("foo", "", Effect::NoSchedule), "foo:NoSchedule"),
-        (Taint::new("foo", "", Effect::parse("")), "foo"),
-        (Taint::new("foo", "bar", Effect::parse("")), "foo=bar:"),
+        (
+            Taint::new("foo", "", TaintEffect::NoSchedule),
+            "foo:NoSchedule",
+        ),
+        (Taint::new("foo", "", TaintEffect::parse("")), "foo"),
+        (Taint::new("foo", "bar", TaintEffect::parse("")), "foo=bar:"),
     ];
     for (taint, want) in cases {
         assert_eq!(taint.to_string(), want);
@@ -854,21 +857,21 @@ fn c_taint_to_string() {
 
 #[test]
 fn c_match_taint() {
-    let base = Taint::new("foo", "bar", Effect::NoSchedule);
+    let base = Taint::new("foo", "bar", TaintEffect::NoSchedule);
     assert!(
-        base.matches(&Taint::new("foo", "bar", Effect::NoSchedule)),
+        base.matches(&Taint::new("foo", "bar", TaintEffect::NoSchedule)),
         "same everything"
     );
     assert!(
-        base.matches(&Taint::new("foo", "other", Effect::NoSchedule)),
+        base.matches(&Taint::new("foo", "other", TaintEffect::NoSchedule)),
         "value ignored"
     );
     assert!(
-        !base.matches(&Taint::new("other", "bar", Effect::NoSchedule)),
+        !base.matches(&Taint::new("other", "bar", TaintEffect::NoSchedule)),
         "different key"
     );
     assert!(
-        !base.matches(&Taint::new("foo", "bar", Effect::PreferNoSchedule)),
+        !base.matches(&Taint::new("foo", "bar", TaintEffect::PreferNoSchedule)),
         "different effect"
     );
 }
@@ -896,11 +899,11 @@ fn c_get_matching_tolerations_keeps_taint_order_and_first_match() {
 // === §19.D FindMatchingUntoleratedTaint ===
 
 fn foo_ns() -> Toleration {
-    tol("foo", "Exists", "", Some(Effect::NoSchedule))
+    tol("foo", "Exists", "", Some(TaintEffect::NoSchedule))
 }
 
 fn sla(op: &str, value: &str) -> Toleration {
-    tol("sla", op, value, Some(Effect::NoSchedule))
+    tol("sla", op, value, Some(TaintEffect::NoSchedule))
 }
 
 /// One test per `TestFindMatchingUntoleratedTaint` case:
@@ -924,8 +927,8 @@ untolerated_cases! {
     d04_filtered_out: vec![foo_ns()], vec![ns_taint("bar", "")], |_: &Taint| false, gate false => true;
     d05_untolerated: vec![foo_ns()], vec![ns_taint("bar", "")], |_: &Taint| true, gate false => false;
     d06_no_execute_filter:
-        vec![tol("foo", "Exists", "", Some(Effect::NoExecute))],
-        vec![Taint::new("foo", "", Effect::NoExecute), ns_taint("bar", "")],
+        vec![tol("foo", "Exists", "", Some(TaintEffect::NoExecute))],
+        vec![Taint::new("foo", "", TaintEffect::NoExecute), ns_taint("bar", "")],
         |t: &Taint| t.is_no_execute(), gate false => true;
     d07_gt_not_met: vec![sla("Gt", "950")], vec![ns_taint("sla", "800")], |_: &Taint| true, gate true => false;
     d08_gt_met: vec![sla("Gt", "750")], vec![ns_taint("sla", "950")], |_: &Taint| true, gate true => true;

@@ -451,8 +451,10 @@ fn tolerations_of(tolerations: &[(u8, Tol)]) -> Vec<Toleration> {
     tolerations
         .iter()
         .map(|(key, tol)| {
-            let t =
-                Toleration::exists(format!("k{key}"), Some(noexecute_engine::Effect::NoExecute));
+            let t = Toleration::exists(
+                format!("k{key}"),
+                Some(noexecute_engine::TaintEffect::NoExecute),
+            );
             match tol {
                 Tol::Zero => t.for_seconds(0),
                 Tol::Secs(s) => t.for_seconds(*s),

@@ -69,7 +69,7 @@ fn taint_strategy() -> impl Strategy<Value = Taint> {
     (
         0..3u8,
         0..2u8,
-        prop_oneof![4 => Just(Effect::NoExecute), 1 => Just(Effect::NoSchedule)],
+        prop_oneof![4 => Just(TaintEffect::NoExecute), 1 => Just(TaintEffect::NoSchedule)],
     )
         .prop_map(|(k, v, effect)| Taint::new(format!("k{k}"), format!("v{v}"), effect))
 }
@@ -83,7 +83,7 @@ fn toleration_strategy() -> impl Strategy<Value = Toleration> {
         1 => Just(Some(toleration::MAX_TOLERATION_SECONDS + 1)),
     ];
     let key = prop_oneof![4 => (0..3u8).prop_map(|k| format!("k{k}")), 1 => Just(String::new())];
-    let effect = prop_oneof![3 => Just(Some(Effect::NoExecute)), 1 => Just(None), 1 => Just(Some(Effect::NoSchedule))];
+    let effect = prop_oneof![3 => Just(Some(TaintEffect::NoExecute)), 1 => Just(None), 1 => Just(Some(TaintEffect::NoSchedule))];
     (key, any::<bool>(), 0..2u8, effect, seconds).prop_map(|(key, exists, v, effect, seconds)| {
         // An empty key is only valid with Exists.
         let exists = exists || key.is_empty();

@@ -1568,7 +1568,8 @@ mod tests {
     }
 
     fn toleration(seconds: Option<i64>) -> crate::toleration::Toleration {
-        let tol = crate::toleration::Toleration::exists("k", Some(crate::taint::Effect::NoExecute));
+        let tol =
+            crate::toleration::Toleration::exists("k", Some(crate::taint::TaintEffect::NoExecute));
         match seconds {
             Some(s) => tol.for_seconds(s),
             None => tol,

@@ -16,7 +16,7 @@ pub fn toleration(i: u32, d: i64) -> Toleration {
     let t = Toleration::equal(
         format!("testTaint{i}"),
         format!("test{i}"),
-        Some(Effect::NoExecute),
+        Some(TaintEffect::NoExecute),
     );
     if d >= 0 { t.for_seconds(d) } else { t }
 }

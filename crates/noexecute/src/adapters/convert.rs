@@ -3,7 +3,7 @@
 
 use kube::core::ObjectMeta;
 use noexecute_engine::{
-    Effect, NodeObservation, Operator, Phase, PodObservation, Taint, Time, Toleration, Uid,
+    NodeObservation, Operator, Phase, PodObservation, Taint, TaintEffect, Time, Toleration, Uid,
 };
 
 use crate::adapters::slim::{SlimNode, SlimPod};
@@ -12,7 +12,7 @@ pub fn taint(t: &k8s_openapi::api::core::v1::Taint) -> Taint {
     Taint {
         key: t.key.clone(),
         value: t.value.clone().unwrap_or_default(),
-        effect: Effect::parse(&t.effect),
+        effect: TaintEffect::parse(&t.effect),
         time_added: t
             .time_added
             .as_ref()
@@ -29,7 +29,7 @@ pub fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Toleration {
             .effect
             .as_deref()
             .filter(|e| !e.is_empty())
-            .map(Effect::parse),
+            .map(TaintEffect::parse),
         toleration_seconds: t.toleration_seconds,
     }
 }

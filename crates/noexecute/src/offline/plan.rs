@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use noexecute_engine::pipeline::Watched;
 use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::{TolerationTime, first_tolerating};
-use noexecute_engine::{Action, Effect, Pipeline, PipelineEffect, Taint, Time, Verdict};
+use noexecute_engine::{Action, Pipeline, PipelineEffect, Taint, TaintEffect, Time, Verdict};
 
 use crate::adapters::convert;
 pub use crate::adapters::selector::Selector;
@@ -23,7 +23,7 @@ pub fn parse_taint(s: &str) -> Result<Taint, String> {
         .rsplit_once(':')
         .ok_or_else(|| format!("taint {s:?} needs an effect: key[=value]:NoExecute"))?;
     let effect = match effect {
-        "NoExecute" | "NoSchedule" | "PreferNoSchedule" => Effect::parse(effect),
+        "NoExecute" | "NoSchedule" | "PreferNoSchedule" => TaintEffect::parse(effect),
         other => {
             return Err(format!(
                 "taint {s:?}: unknown effect {other:?}; expected NoExecute, NoSchedule or PreferNoSchedule"
@@ -390,11 +390,11 @@ mod tests {
     fn taint_syntax() {
         assert_eq!(
             parse_taint("k=v:NoExecute"),
-            Ok(Taint::new("k", "v", Effect::NoExecute))
+            Ok(Taint::new("k", "v", TaintEffect::NoExecute))
         );
         assert_eq!(
             parse_taint("k:NoExecute"),
-            Ok(Taint::new("k", "", Effect::NoExecute))
+            Ok(Taint::new("k", "", TaintEffect::NoExecute))
         );
         assert!(parse_taint("k=v").is_err());
         assert!(parse_taint("k=v:Sometimes").is_err());

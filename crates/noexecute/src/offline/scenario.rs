@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use noexecute_engine::{Effect, Operator, Taint, Time, Toleration};
+use noexecute_engine::{Operator, Taint, TaintEffect, Time, Toleration};
 use serde::Deserialize;
 
 /// Errors loading a scenario; see [`crate::adapters::input::InputError`].
@@ -517,7 +517,7 @@ pub fn taint(t: &TaintSpec, added: Time) -> Taint {
     Taint {
         key: t.key.clone(),
         value: t.value.clone(),
-        effect: Effect::parse(&t.effect),
+        effect: TaintEffect::parse(&t.effect),
         time_added: Some(added),
     }
 }
@@ -528,7 +528,7 @@ pub fn toleration(t: &TolerationSpec) -> Toleration {
         key: t.key.clone(),
         operator: Operator::parse(&t.operator),
         value: t.value.clone(),
-        effect: (!t.effect.is_empty()).then(|| Effect::parse(&t.effect)),
+        effect: (!t.effect.is_empty()).then(|| TaintEffect::parse(&t.effect)),
         toleration_seconds: t.toleration_seconds,
     }
 }
