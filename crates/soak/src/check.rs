@@ -1,0 +1,964 @@
+//! The judge: every write of the controller under test, and every deadline its pods had,
+//! against the model of `docs/parity.md` (`rules`) over the recorded history (`history`).
+//!
+//! Kinds of violation:
+//! - **wrong**: a pod deleted, evicted or marked while no untolerated or expired taint on its
+//!   node justified it at any time in the `slack` before the request arrived;
+//! - **late** / **missed**: a pod still on a node whose taints kept demanding its eviction,
+//!   `slack` after its deadline, not counting time no replica could act (no valid Lease, a
+//!   fault window and its recovery), the brake held, or the rate limits queued it; late if the
+//!   controller did evict it after that, missed if it never did;
+//! - **duplicate**: two successful deletions or evictions of one pod UID by the controller;
+//! - **unfenced**: a write by a replica that arrived after another replica's first write in a
+//!   newer term (terms are the Lease's holders, in order);
+//! - **brake**: an eviction started (the first write for a pod) while the brake held over the
+//!   whole slack before it;
+//! - **rate**: more eviction starts in some window than the configured rate and burst allow;
+//! - **excluded**: a write to a pod the exclusions protect.
+
+use crate::audit::{Micros, show_time};
+use crate::history::{Controller, History, Pod, Write, WriteKind};
+use crate::rules::{Demand, Selector, demand};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub controller: Controller,
+    /// The controller's Lease, `namespace/name`.
+    pub lease: String,
+    /// A Lease write lets its holder act for this long.
+    pub renew_deadline_ms: i64,
+    /// Watch delay and scheduling: how stale a decision may be, and how long after its
+    /// deadline an eviction may come, with every replica able to act.
+    pub slack_ms: i64,
+    /// How much earlier than the model's deadline an eviction may come (`timeAdded` has whole
+    /// seconds).
+    pub early_ms: i64,
+    pub deadline_from_time_added: bool,
+    pub max_clock_skew_ms: i64,
+    pub node_selector: Selector,
+    pub exclude_namespaces: Vec<String>,
+    pub exclude_selector: Selector,
+    /// `--max-evictions-per-second` and its burst.
+    pub eviction_rate: Option<(f64, f64)>,
+    /// The client's QPS, burst, and requests per eviction: a queue the model allows for.
+    pub qps: Option<(f64, f64, f64)>,
+    /// `--brake-threshold` and `--brake-min-nodes`.
+    pub brake: Option<(f64, usize)>,
+    /// Windows in which the nemesis kept the controller from acting (apiserver or etcd down, a
+    /// cut or slowed connection), each followed by `recovery_ms`.
+    pub faults: Vec<(Micros, Micros)>,
+    pub recovery_ms: i64,
+}
+
+impl Config {
+    pub fn new(controller: Controller, lease: &str) -> Config {
+        Config {
+            controller,
+            lease: lease.to_string(),
+            renew_deadline_ms: 10_000,
+            slack_ms: 3_000,
+            early_ms: 1_000,
+            deadline_from_time_added: false,
+            max_clock_skew_ms: 5_000,
+            node_selector: Selector::default(),
+            exclude_namespaces: Vec::new(),
+            exclude_selector: Selector::default(),
+            eviction_rate: None,
+            qps: None,
+            brake: None,
+            faults: Vec::new(),
+            recovery_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Wrong,
+    Late,
+    Missed,
+    Duplicate,
+    Unfenced,
+    Brake,
+    Rate,
+    Excluded,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 8] = [
+        Kind::Wrong,
+        Kind::Late,
+        Kind::Missed,
+        Kind::Duplicate,
+        Kind::Unfenced,
+        Kind::Brake,
+        Kind::Rate,
+        Kind::Excluded,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Wrong => "wrong",
+            Kind::Late => "late",
+            Kind::Missed => "missed",
+            Kind::Duplicate => "duplicate",
+            Kind::Unfenced => "unfenced",
+            Kind::Brake => "brake",
+            Kind::Rate => "rate",
+            Kind::Excluded => "excluded",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub kind: Kind,
+    pub at: Micros,
+    /// One line: what happened.
+    pub what: String,
+    /// The history around it: the pod's node's versions and the controller's writes.
+    pub history: String,
+    /// For late ones: whether the controller restarted or failed over between the taint and
+    /// the deadline (upstream's known restart-timing bug, `docs/parity.md` §20.1).
+    pub after_restart: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub controller: String,
+    /// Successful deletions and evictions by the controller, each judged for wrongness.
+    pub evictions: usize,
+    /// Writes of the controller judged in all (pods and Events).
+    pub writes: usize,
+    /// Deadlines judged for lateness (a pod's stay on a node whose taints demanded its
+    /// eviction).
+    pub deadlines: usize,
+    pub terms: usize,
+    pub violations: Vec<Violation>,
+    /// History entries the checker could not place (should be none).
+    pub unresolved: BTreeMap<String, usize>,
+}
+
+impl Report {
+    pub fn count(&self, kind: Kind) -> usize {
+        self.violations.iter().filter(|v| v.kind == kind).count()
+    }
+
+    pub fn total(&self) -> usize {
+        self.violations.len()
+    }
+}
+
+/// One stretch of a pod's stay with the same demand.
+#[derive(Debug, Clone, Copy)]
+struct Seg {
+    from: Micros,
+    to: Micros,
+    demand: Demand,
+    watched: bool,
+    /// The node did not exist: nothing changed for the controller (a deletion does not cancel
+    /// evictions), so the demand before carries on.
+    absent: bool,
+}
+
+/// A maximal stretch in which the node's taints kept demanding the pod's eviction.
+#[derive(Debug, Clone)]
+struct Run {
+    start: Micros,
+    end: Micros,
+    segs: Vec<Seg>,
+}
+
+pub fn check(h: &History, cfg: &Config) -> Report {
+    let mut report = Report {
+        controller: cfg.controller.name().to_string(),
+        unresolved: h.unresolved.clone(),
+        ..Report::default()
+    };
+    let runs: Vec<Vec<Run>> = h.pods.iter().map(|p| runs_of(h, cfg, p)).collect();
+    let terms = terms(h, cfg);
+    report.terms = terms.len();
+    let unavailable = unavailable(h, cfg);
+    let brake = brake_intervals(h, cfg);
+    let mut blocked = unavailable.clone();
+    blocked.extend(brake.iter().copied());
+    let blocked = merge(blocked);
+    let restarts: Vec<Micros> = terms.iter().map(|t| t.start).collect();
+
+    // Wrong, excluded, duplicate.
+    let mut deletions: HashMap<usize, Vec<&Write>> = HashMap::new();
+    for w in &h.writes {
+        report.writes += 1;
+        let Some(i) = w.pod else { continue };
+        let pod = &h.pods[i];
+        if !matches!(
+            w.kind,
+            WriteKind::Delete | WriteKind::Evict | WriteKind::Mark
+        ) {
+            continue;
+        }
+        if excluded(cfg, pod) {
+            report.violations.push(Violation {
+                kind: Kind::Excluded,
+                at: w.received,
+                what: format!(
+                    "{:?} of excluded pod {}/{} by {}",
+                    w.kind, pod.namespace, pod.name, w.replica
+                ),
+                history: pod_history(h, pod, w.received),
+                after_restart: false,
+            });
+        }
+        if !w.ok() {
+            continue;
+        }
+        if matches!(w.kind, WriteKind::Delete | WriteKind::Evict) {
+            report.evictions += 1;
+            deletions.entry(i).or_default().push(w);
+        }
+        if !justified(cfg, pod, &runs[i], w.received) {
+            report.violations.push(Violation {
+                kind: Kind::Wrong,
+                at: w.received,
+                what: format!(
+                    "{:?} of {}/{} (uid {}) by {} at {}: nothing on node {} demanded it in the {} ms before",
+                    w.kind,
+                    pod.namespace,
+                    pod.name,
+                    pod.uid,
+                    w.replica,
+                    show_time(w.received),
+                    pod.node.as_deref().unwrap_or("(none)"),
+                    cfg.slack_ms
+                ),
+                history: pod_history(h, pod, w.received),
+                after_restart: false,
+            });
+        }
+    }
+    let mut dup: Vec<(usize, Vec<&Write>)> =
+        deletions.into_iter().filter(|(_, w)| w.len() > 1).collect();
+    dup.sort_by_key(|(_, w)| w[1].received);
+    for (i, w) in dup {
+        let pod = &h.pods[i];
+        report.violations.push(Violation {
+            kind: Kind::Duplicate,
+            at: w[1].received,
+            what: format!(
+                "{}/{} (uid {}) deleted or evicted {} times, by {}",
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                w.len(),
+                w.iter()
+                    .map(|w| w.replica.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            history: pod_history(h, pod, w[1].received),
+            after_restart: false,
+        });
+    }
+
+    // Late and missed: each run's deadline, in deadline order through the rate-limit queue.
+    let mut dues: Vec<(Micros, usize, usize)> = Vec::new();
+    for (i, pod_runs) in runs.iter().enumerate() {
+        if excluded(cfg, &h.pods[i]) {
+            continue;
+        }
+        for (r, run) in pod_runs.iter().enumerate() {
+            if let Some(due) = due(cfg, run)
+                && due < run.end
+            {
+                dues.push((due, i, r));
+            }
+        }
+    }
+    dues.sort();
+    let mut queue = Queue::new(cfg);
+    for (due, i, r) in dues {
+        let pod = &h.pods[i];
+        let run = &runs[i][r];
+        let start = queue.take(due);
+        let budget = cfg.slack_ms * 1000 + (start - due);
+        let allowed = advance(due, budget, &blocked);
+        if allowed > h.end {
+            continue; // the soak ended before the deadline plus its allowance
+        }
+        report.deadlines += 1;
+        let acted = first_action(h, cfg, i);
+        let left = acted.into_iter().chain(pod.gone).min();
+        if left.is_some_and(|t| t <= allowed) || run.end <= allowed {
+            continue;
+        }
+        let by_us = acted.is_some();
+        let kind = if by_us { Kind::Late } else { Kind::Missed };
+        let after_restart = restarts.iter().any(|&t| t > run.start && t <= allowed);
+        report.violations.push(Violation {
+            kind,
+            at: allowed,
+            what: format!(
+                "{}/{} (uid {}) on {}: due at {} (demanded since {}), allowed until {}, {}",
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                pod.node.as_deref().unwrap_or("(none)"),
+                show_time(due),
+                show_time(run.start),
+                show_time(allowed),
+                match acted {
+                    Some(t) => format!("evicted at {}", show_time(t)),
+                    None => match pod.gone {
+                        Some(t) =>
+                            format!("never evicted by the controller (left at {})", show_time(t)),
+                        None => "never evicted".to_string(),
+                    },
+                }
+            ),
+            history: pod_history(h, pod, allowed),
+            after_restart,
+        });
+    }
+
+    // Unfenced.
+    for w in &h.writes {
+        let Some(term) = terms.iter().rev().find(|t| t.start <= w.received) else {
+            continue;
+        };
+        if term.holder == w.replica || cfg.controller == Controller::Upstream {
+            continue;
+        }
+        if let Some(first) = term.first_write
+            && first < w.received
+        {
+            report.violations.push(Violation {
+                kind: Kind::Unfenced,
+                at: w.received,
+                what: format!(
+                    "{:?} {}/{} by {} at {}, after {} (term from {}) first wrote at {}",
+                    w.kind,
+                    w.namespace,
+                    w.name,
+                    w.replica,
+                    show_time(w.received),
+                    term.holder,
+                    show_time(term.start),
+                    show_time(first)
+                ),
+                history: lease_history(h, w.received),
+                after_restart: false,
+            });
+        }
+    }
+
+    // Policies: the brake and the rate limit, over eviction starts.
+    let starts = starts(h);
+    for &(t, i) in &starts {
+        if brake
+            .iter()
+            .any(|&(a, b)| a <= t - cfg.slack_ms * 1000 && t <= b)
+        {
+            let pod = &h.pods[i];
+            report.violations.push(Violation {
+                kind: Kind::Brake,
+                at: t,
+                what: format!(
+                    "eviction of {}/{} started at {} while the brake held",
+                    pod.namespace,
+                    pod.name,
+                    show_time(t)
+                ),
+                history: pod_history(h, pod, t),
+                after_restart: false,
+            });
+        }
+    }
+    if let Some((rate, burst)) = cfg.eviction_rate {
+        let times: Vec<Micros> = starts.iter().map(|s| s.0).collect();
+        if let Some((a, b, n)) = rate_exceeded(&times, rate, burst, 250_000) {
+            report.violations.push(Violation {
+                kind: Kind::Rate,
+                at: b,
+                what: format!(
+                    "{n} evictions started between {} and {}: more than {burst} + {rate}/s allows",
+                    show_time(a),
+                    show_time(b)
+                ),
+                history: String::new(),
+                after_restart: false,
+            });
+        }
+    }
+    report.violations.sort_by_key(|v| (v.at, v.kind));
+    report
+}
+
+fn excluded(cfg: &Config, pod: &Pod) -> bool {
+    cfg.exclude_namespaces.contains(&pod.namespace)
+        || (!cfg.exclude_selector.is_empty() && cfg.exclude_selector.matches(pod.labels.as_ref()))
+}
+
+/// The pod's stay on its node in stretches of equal demand.
+fn segments(h: &History, cfg: &Config, pod: &Pod) -> Vec<Seg> {
+    let (Some(node), Some(bound)) = (pod.node.as_deref(), pod.bound) else {
+        return Vec::new();
+    };
+    let end = pod.gone.unwrap_or(h.end);
+    if end <= bound {
+        return Vec::new();
+    }
+    let mut cuts = vec![bound];
+    if let Some(versions) = h.nodes.get(node) {
+        cuts.extend(
+            versions
+                .iter()
+                .map(|v| v.at)
+                .filter(|&t| t > bound && t < end),
+        );
+    }
+    cuts.push(end);
+    let mut out: Vec<Seg> = Vec::new();
+    for pair in cuts.windows(2) {
+        let (from, to) = (pair[0], pair[1]);
+        let seg = match h.node_at(node, from).filter(|v| v.exists) {
+            Some(v) => Seg {
+                from,
+                to,
+                demand: demand(&v.taints, &pod.tolerations),
+                watched: cfg.node_selector.matches(v.labels.as_ref()),
+                absent: false,
+            },
+            None => {
+                let before = out.last().copied();
+                Seg {
+                    from,
+                    to,
+                    demand: before.map_or(Demand::Stay, |s| s.demand),
+                    watched: before.is_some_and(|s| s.watched),
+                    absent: true,
+                }
+            }
+        };
+        match out.last_mut() {
+            Some(last)
+                if last.demand == seg.demand
+                    && last.watched == seg.watched
+                    && last.absent == seg.absent =>
+            {
+                last.to = to;
+            }
+            _ => out.push(seg),
+        }
+    }
+    out
+}
+
+fn runs_of(h: &History, cfg: &Config, pod: &Pod) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut current: Option<Run> = None;
+    for seg in segments(h, cfg, pod) {
+        let demanding = seg.watched && seg.demand != Demand::Stay;
+        if demanding {
+            match current.as_mut() {
+                Some(run) => {
+                    run.end = seg.to;
+                    run.segs.push(seg);
+                }
+                None => {
+                    current = Some(Run {
+                        start: seg.from,
+                        end: seg.to,
+                        segs: vec![seg],
+                    });
+                }
+            }
+        } else if let Some(run) = current.take() {
+            runs.push(run);
+        }
+    }
+    runs.extend(current);
+    runs
+}
+
+/// When a countdown that began at `start` for a limit set by a taint added at `added` began,
+/// as the configured deadline mode counts it.
+fn anchor(cfg: &Config, start: Micros, seen: Micros, added: Option<Micros>) -> Micros {
+    match added {
+        Some(a) if cfg.deadline_from_time_added && a <= seen + cfg.max_clock_skew_ms * 1000 => {
+            a.min(start)
+        }
+        _ => start,
+    }
+}
+
+/// The model's deadline for a run: an untolerated taint means at once; otherwise the first
+/// countdown stands (it never moves, `docs/parity.md` §8), unless an untolerated taint comes
+/// before it runs out.
+fn due(cfg: &Config, run: &Run) -> Option<Micros> {
+    let first = run.segs.first()?;
+    let mut due = match first.demand {
+        Demand::Now => first.from,
+        Demand::After { limit_ms, added } => {
+            anchor(cfg, run.start, first.from, added) + limit_ms * 1000
+        }
+        Demand::Stay => return None,
+    };
+    for seg in &run.segs[1..] {
+        if seg.from >= due {
+            break;
+        }
+        if seg.demand == Demand::Now && !seg.absent {
+            due = due.min(seg.from);
+        }
+    }
+    Some(due)
+}
+
+/// Whether an eviction of `pod` requested at `t` had a reason: some run of its stay that
+/// reached into the slack before `t` had, by `t`, an untolerated taint or a countdown (any
+/// of its countdowns: the lenient reading) that had run out.
+fn justified(cfg: &Config, pod: &Pod, runs: &[Run], t: Micros) -> bool {
+    let slack = cfg.slack_ms * 1000;
+    runs.iter()
+        .filter(|r| r.start <= t && r.end >= t - slack)
+        .any(|run| {
+            run.segs
+                .iter()
+                .filter(|s| s.from <= t)
+                .any(|s| match s.demand {
+                    Demand::Now => true,
+                    Demand::After { limit_ms, added } => {
+                        anchor(cfg, run.start, s.from, added) + limit_ms * 1000
+                            <= t + cfg.early_ms * 1000
+                    }
+                    Demand::Stay => false,
+                })
+        })
+        && pod.bound.is_some_and(|b| b <= t)
+}
+
+/// The controller's first successful deletion or eviction of pod `i`.
+fn first_action(h: &History, _cfg: &Config, i: usize) -> Option<Micros> {
+    h.writes
+        .iter()
+        .filter(|w| w.pod == Some(i) && w.ok())
+        .filter(|w| matches!(w.kind, WriteKind::Delete | WriteKind::Evict))
+        .map(|w| w.received)
+        .min()
+}
+
+/// Each pod's first eviction write (mark, eviction or delete), with the pod: the starts the
+/// brake and the rate limits govern.
+fn starts(h: &History) -> Vec<(Micros, usize)> {
+    let mut first: HashMap<usize, Micros> = HashMap::new();
+    for w in &h.writes {
+        if let Some(i) = w.pod
+            && matches!(
+                w.kind,
+                WriteKind::Delete | WriteKind::Evict | WriteKind::Mark
+            )
+        {
+            first
+                .entry(i)
+                .and_modify(|t| *t = (*t).min(w.received))
+                .or_insert(w.received);
+        }
+    }
+    let mut out: Vec<(Micros, usize)> = first.into_iter().map(|(i, t)| (t, i)).collect();
+    out.sort();
+    out
+}
+
+/// The first window in which more starts came than `burst + rate × (window + jitter)`.
+fn rate_exceeded(
+    times: &[Micros],
+    rate: f64,
+    burst: f64,
+    jitter: Micros,
+) -> Option<(Micros, Micros, usize)> {
+    for j in 0..times.len() {
+        for i in (0..=j).rev() {
+            let n = j - i + 1;
+            let window = (times[j] - times[i] + jitter) as f64 / 1e6;
+            if n as f64 > burst + rate * window + 1e-9 {
+                return Some((times[i], times[j], n));
+            }
+            // Once the window is long enough for every start before it, no earlier i fails.
+            if burst + rate * window > times.len() as f64 {
+                break;
+            }
+        }
+    }
+    None
+}
+
+struct Term {
+    holder: String,
+    start: Micros,
+    first_write: Option<Micros>,
+}
+
+/// The Lease's holders in order: a term starts with each successful write that names another
+/// holder than the last (or re-creates a deleted Lease).
+fn terms(h: &History, cfg: &Config) -> Vec<Term> {
+    let mut out: Vec<Term> = Vec::new();
+    let mut last: Option<String> = None;
+    for l in h.leases.iter().filter(|l| l.ok) {
+        let holder = match cfg.controller {
+            Controller::Upstream => l.holder.as_ref().map(|_| l.replica.clone()),
+            Controller::Noexecute => l.holder.clone(),
+        };
+        match holder {
+            None => last = None,
+            Some(holder) if holder.is_empty() => last = None,
+            Some(holder) => {
+                if last.as_deref() != Some(holder.as_str()) || l.verb == "create" {
+                    out.push(Term {
+                        holder: holder.clone(),
+                        start: l.completed,
+                        first_write: None,
+                    });
+                }
+                last = Some(holder);
+            }
+        }
+    }
+    for (k, term) in out.iter_mut().enumerate() {
+        let _ = k;
+        term.first_write = h
+            .writes
+            .iter()
+            .filter(|w| w.replica == term.holder && w.received >= term.start)
+            .map(|w| w.completed)
+            .min();
+    }
+    out
+}
+
+/// When no replica could act: outside every Lease write's renew deadline, and in the
+/// nemesis's fault windows (plus their recovery).
+fn unavailable(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
+    let mut covered: Vec<(Micros, Micros)> = h
+        .leases
+        .iter()
+        .filter(|l| l.ok && l.verb != "delete")
+        .filter(|l| match cfg.controller {
+            Controller::Upstream => l.holder.is_some(),
+            Controller::Noexecute => l.holder.as_deref() == Some(l.replica.as_str()),
+        })
+        .map(|l| (l.completed, l.completed + cfg.renew_deadline_ms * 1000))
+        .collect();
+    covered = merge(covered);
+    let mut out = Vec::new();
+    let mut t = h.start;
+    for &(a, b) in &covered {
+        if a > t {
+            out.push((t, a));
+        }
+        t = t.max(b);
+    }
+    if t < h.end {
+        out.push((t, h.end));
+    }
+    out.extend(
+        cfg.faults
+            .iter()
+            .map(|&(a, b)| (a, b + cfg.recovery_ms * 1000)),
+    );
+    merge(out)
+}
+
+/// When the brake held, by the checker's own count of watched nodes and tainted ones.
+fn brake_intervals(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
+    let Some((threshold, min_nodes)) = cfg.brake else {
+        return Vec::new();
+    };
+    let mut times: Vec<Micros> = h.nodes.values().flatten().map(|v| v.at).collect();
+    times.sort();
+    times.dedup();
+    let mut out = Vec::new();
+    let mut since: Option<Micros> = None;
+    for &t in &times {
+        let (mut nodes, mut tainted) = (0usize, 0usize);
+        for name in h.nodes.keys() {
+            if let Some(v) = h.node_at(name, t).filter(|v| v.exists)
+                && cfg.node_selector.matches(v.labels.as_ref())
+            {
+                nodes += 1;
+                if v.taints.iter().any(|t| t.effect == "NoExecute") {
+                    tainted += 1;
+                }
+            }
+        }
+        let holds = nodes > 0
+            && tainted >= min_nodes.max(1)
+            && tainted as f64 * 100.0 > threshold * nodes as f64;
+        match (holds, since) {
+            (true, None) => since = Some(t),
+            (false, Some(s)) => {
+                out.push((s, t));
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = since {
+        out.push((s, h.end));
+    }
+    out
+}
+
+fn merge(mut v: Vec<(Micros, Micros)>) -> Vec<(Micros, Micros)> {
+    v.sort();
+    let mut out: Vec<(Micros, Micros)> = Vec::new();
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// The time at which `budget` of unblocked time has passed since `from`.
+fn advance(from: Micros, budget: Micros, blocked: &[(Micros, Micros)]) -> Micros {
+    let (mut t, mut left) = (from, budget);
+    for &(a, b) in blocked {
+        if b <= t {
+            continue;
+        }
+        if a > t {
+            if a - t >= left {
+                return t + left;
+            }
+            left -= a - t;
+        }
+        t = t.max(b);
+    }
+    t + left
+}
+
+/// The rate limits as queues: when the eviction due at `due` could start at the earliest,
+/// after every eviction due before it.
+struct Queue {
+    buckets: Vec<Bucket>,
+}
+
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    cost: f64,
+    tokens: f64,
+    at: Micros,
+}
+
+impl Queue {
+    fn new(cfg: &Config) -> Queue {
+        let mut buckets = Vec::new();
+        if let Some((rate, burst)) = cfg.eviction_rate {
+            buckets.push(Bucket::new(rate, burst.max(1.0), 1.0));
+        }
+        if let Some((qps, burst, cost)) = cfg.qps {
+            buckets.push(Bucket::new(qps, burst.max(cost), cost));
+        }
+        Queue { buckets }
+    }
+
+    fn take(&mut self, due: Micros) -> Micros {
+        let mut t = due;
+        for b in &mut self.buckets {
+            t = b.take(t);
+        }
+        t
+    }
+}
+
+impl Bucket {
+    fn new(rate: f64, burst: f64, cost: f64) -> Bucket {
+        Bucket {
+            rate,
+            burst,
+            cost,
+            tokens: burst,
+            at: Micros::MIN,
+        }
+    }
+
+    fn take(&mut self, t: Micros) -> Micros {
+        let t = t.max(self.at);
+        if self.at != Micros::MIN {
+            self.tokens = (self.tokens + (t - self.at) as f64 / 1e6 * self.rate).min(self.burst);
+        }
+        self.at = t;
+        if self.tokens >= self.cost {
+            self.tokens -= self.cost;
+            return t;
+        }
+        let wait = ((self.cost - self.tokens) / self.rate * 1e6).ceil() as Micros;
+        self.at = t + wait;
+        self.tokens = 0.0;
+        self.at
+    }
+}
+
+fn pod_history(h: &History, pod: &Pod, around: Micros) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  pod {}/{} uid {} created {} bound to {} at {} left {}",
+        pod.namespace,
+        pod.name,
+        pod.uid,
+        show_time(pod.created),
+        pod.node.as_deref().unwrap_or("(none)"),
+        pod.bound.map(show_time).unwrap_or_else(|| "-".into()),
+        pod.gone.map(show_time).unwrap_or_else(|| "-".into()),
+    );
+    let _ = writeln!(out, "  tolerations: {:?}", pod.tolerations);
+    if let Some(node) = pod.node.as_deref()
+        && let Some(versions) = h.nodes.get(node)
+    {
+        let from = pod.bound.unwrap_or(pod.created) - 120_000_000;
+        for v in versions
+            .iter()
+            .filter(|v| v.at >= from && v.at <= around + 5_000_000)
+        {
+            let taints: Vec<String> = v
+                .taints
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{}={}:{}{}",
+                        t.key,
+                        t.value,
+                        t.effect,
+                        t.added
+                            .map(|a| format!("@{}", show_time(a)))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  node {node} at {}: {}",
+                show_time(v.at),
+                if v.exists {
+                    taints.join(", ")
+                } else {
+                    "deleted".into()
+                }
+            );
+        }
+    }
+    for w in h
+        .writes
+        .iter()
+        .filter(|w| w.namespace == pod.namespace && w.name == pod.name)
+    {
+        let _ = writeln!(
+            out,
+            "  {:?} by {} received {} → {}",
+            w.kind,
+            w.replica,
+            show_time(w.received),
+            w.code
+        );
+    }
+    out
+}
+
+fn lease_history(h: &History, around: Micros) -> String {
+    let mut out = String::new();
+    for l in h
+        .leases
+        .iter()
+        .filter(|l| l.completed >= around - 30_000_000 && l.completed <= around + 5_000_000)
+    {
+        let _ = writeln!(
+            out,
+            "  lease {} by {} holder {:?} at {} ok={}",
+            l.verb,
+            l.replica,
+            l.holder,
+            show_time(l.completed),
+            l.ok
+        );
+    }
+    out
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{}: {} evictions judged ({} writes), {} deadlines judged, {} Lease terms",
+            self.controller, self.evictions, self.writes, self.deadlines, self.terms
+        )?;
+        let counts: Vec<String> = Kind::ALL
+            .iter()
+            .map(|&k| format!("{} {}", k.name(), self.count(k)))
+            .collect();
+        writeln!(f, "violations: {}", counts.join(", "))?;
+        let restart_late = self
+            .violations
+            .iter()
+            .filter(|v| matches!(v.kind, Kind::Late | Kind::Missed) && v.after_restart)
+            .count();
+        if restart_late > 0 {
+            writeln!(
+                f,
+                "  of late and missed, {restart_late} had a restart or failover between taint and deadline"
+            )?;
+        }
+        for (what, n) in &self.unresolved {
+            writeln!(f, "unresolved: {n} × {what}")?;
+        }
+        for kind in Kind::ALL {
+            if let Some(v) = self.violations.iter().find(|v| v.kind == kind) {
+                writeln!(f, "first {}: {}", kind.name(), v.what)?;
+                write!(f, "{}", v.history)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_skips_blocked_time() {
+        let blocked = vec![(10, 20), (30, 40)];
+        assert_eq!(advance(0, 5, &blocked), 5);
+        assert_eq!(advance(0, 15, &blocked), 25);
+        assert_eq!(advance(12, 5, &blocked), 25);
+        assert_eq!(advance(0, 25, &blocked), 45);
+    }
+
+    #[test]
+    fn the_rate_check_allows_the_burst_and_the_rate() {
+        let s = 1_000_000;
+        // 5 at once with burst 5: fine; a sixth at once is not.
+        assert!(rate_exceeded(&[0, 0, 0, 0, 0], 1.0, 5.0, 0).is_none());
+        assert!(rate_exceeded(&[0, 0, 0, 0, 0, 0], 1.0, 5.0, 0).is_some());
+        // One per second at rate 1, burst 1: fine.
+        let steady: Vec<Micros> = (0..20).map(|i| i * s).collect();
+        assert!(rate_exceeded(&steady, 1.0, 1.0, 0).is_none());
+        let fast: Vec<Micros> = (0..20).map(|i| i * s / 2).collect();
+        assert!(rate_exceeded(&fast, 1.0, 1.0, 0).is_some());
+    }
+
+    #[test]
+    fn the_queue_spaces_starts_by_the_rate() {
+        let mut cfg = Config::new(Controller::Noexecute, "ns/l");
+        cfg.eviction_rate = Some((2.0, 1.0));
+        let mut q = Queue::new(&cfg);
+        assert_eq!(q.take(0), 0);
+        assert_eq!(q.take(0), 500_000);
+        assert_eq!(q.take(0), 1_000_000);
+        assert_eq!(q.take(10_000_000), 10_000_000);
+    }
+}

@@ -1,0 +1,381 @@
+//! The checker can fail: a recorded history with no fault passes, and the same history with a
+//! wrong, late, missed, duplicate, unfenced, brake, rate or excluded write planted in it fails
+//! with exactly that kind. The histories are audit-log lines as kube-apiserver writes them
+//! (RequestResponse bodies for nodes, pods and the Lease), parsed by the checker's own reader.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use noexecute_soak::audit::{Entry, parse_line};
+use noexecute_soak::check::{Config, Kind, Report, check};
+use noexecute_soak::history::{Controller, History};
+use serde_json::{Value, json};
+
+const S: i64 = 1_000_000;
+const LEASE: &str = "kube-system/noexecute";
+
+fn at(t: f64) -> String {
+    let micros = (t * 1e6) as i64 + 1_800_000_000 * S;
+    jiff::Timestamp::from_microsecond(micros)
+        .map(|ts| ts.to_string())
+        .unwrap_or_default()
+}
+
+#[derive(Default, Clone)]
+struct Log(Vec<String>);
+
+#[allow(clippy::too_many_arguments)]
+fn line(
+    t: f64,
+    verb: &str,
+    resource: &str,
+    sub: &str,
+    ns: &str,
+    name: &str,
+    agent: &str,
+    code: u16,
+    request: Option<Value>,
+    response: Option<Value>,
+) -> String {
+    let mut v = json!({
+        "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "RequestResponse",
+        "stage": "ResponseComplete", "verb": verb,
+        "user": {"username": "someone"}, "userAgent": agent,
+        "objectRef": {"resource": resource, "subresource": sub, "namespace": ns, "name": name},
+        "responseStatus": {"code": code},
+        "requestReceivedTimestamp": at(t - 0.01), "stageTimestamp": at(t),
+    });
+    if let Some(r) = request {
+        v["requestObject"] = r;
+    }
+    if let Some(r) = response {
+        v["responseObject"] = r;
+    }
+    v.to_string()
+}
+
+fn agent(replica: &str) -> String {
+    format!("noexecute/0.1.0 ({replica})")
+}
+
+impl Log {
+    fn node(&mut self, t: f64, name: &str, taints: &[(&str, f64)]) -> &mut Self {
+        let taints: Vec<Value> = taints
+            .iter()
+            .map(|(k, added)| json!({"key": k, "effect": "NoExecute", "timeAdded": at(*added)}))
+            .collect();
+        let body = json!({"kind": "Node", "metadata": {"name": name, "labels": {"zone": "a"}},
+                          "spec": {"taints": taints}});
+        self.0.push(line(
+            t,
+            "patch",
+            "nodes",
+            "",
+            "",
+            name,
+            "kubectl/v1.36.3",
+            200,
+            None,
+            Some(body),
+        ));
+        self
+    }
+
+    fn pod(&mut self, t: f64, ns: &str, name: &str, node: &str, tolerations: Value) -> &mut Self {
+        let body = json!({"kind": "Pod", "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+                          "spec": {"nodeName": node, "tolerations": tolerations}});
+        self.0.push(line(
+            t,
+            "create",
+            "pods",
+            "",
+            ns,
+            name,
+            "soak",
+            201,
+            None,
+            Some(body),
+        ));
+        self
+    }
+
+    fn lease(&mut self, t: f64, replica: &str, holder: &str) -> &mut Self {
+        let body = json!({"kind": "Lease", "spec": {"holderIdentity": holder}});
+        self.0.push(line(
+            t,
+            "update",
+            "leases",
+            "",
+            "kube-system",
+            "noexecute",
+            &agent(replica),
+            200,
+            None,
+            Some(body),
+        ));
+        self
+    }
+
+    fn renewals(&mut self, from: f64, to: f64, replica: &str) -> &mut Self {
+        let mut t = from;
+        while t <= to {
+            self.lease(t, replica, replica);
+            t += 2.0;
+        }
+        self
+    }
+
+    fn mark(&mut self, t: f64, replica: &str, ns: &str, name: &str) -> &mut Self {
+        self.0.push(line(
+            t,
+            "patch",
+            "pods",
+            "status",
+            ns,
+            name,
+            &agent(replica),
+            200,
+            None,
+            None,
+        ));
+        self
+    }
+
+    fn delete(&mut self, t: f64, replica: &str, ns: &str, name: &str) -> &mut Self {
+        let body = json!({"kind": "Pod", "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                          "deletionTimestamp": at(t)}});
+        self.0.push(line(
+            t,
+            "delete",
+            "pods",
+            "",
+            ns,
+            name,
+            &agent(replica),
+            200,
+            None,
+            Some(body),
+        ));
+        self
+    }
+
+    fn event(&mut self, t: f64, replica: &str, ns: &str) -> &mut Self {
+        self.0.push(line(
+            t,
+            "create",
+            "events",
+            "",
+            ns,
+            "ev",
+            &agent(replica),
+            201,
+            None,
+            None,
+        ));
+        self
+    }
+
+    fn entries(&self) -> Vec<Entry> {
+        let mut out: Vec<Entry> = self
+            .0
+            .iter()
+            .map(|l| parse_line(l).unwrap().unwrap())
+            .collect();
+        out.sort_by_key(|e| (e.completed, e.received));
+        out
+    }
+}
+
+/// Replica a leads until 40 s, b from 40 s. Node n1 is tainted k at 10 s and cleared at
+/// 30 s; n2 is tainted at 45 s. p1 (no tolerations) goes at once, p2 (k for 10 s) at 20 s,
+/// p3 (k forever) stays, p4 on n2 goes at once under b.
+fn baseline() -> Log {
+    let mut log = Log::default();
+    log.renewals(0.0, 38.0, "a")
+        .lease(40.0, "b", "b")
+        .renewals(42.0, 70.0, "b");
+    log.node(1.0, "n1", &[]).node(1.0, "n2", &[]);
+    log.pod(2.0, "t", "p1", "n1", json!([]))
+        .pod(2.0, "t", "p2", "n1", json!([{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]))
+        .pod(2.0, "t", "p3", "n1", json!([{"key": "k", "operator": "Exists"}]))
+        .pod(2.0, "u", "p4", "n2", json!([]));
+    log.node(10.0, "n1", &[("k", 10.0)]);
+    log.event(10.4, "a", "t")
+        .mark(10.5, "a", "t", "p1")
+        .delete(10.6, "a", "t", "p1");
+    log.event(20.2, "a", "t")
+        .mark(20.3, "a", "t", "p2")
+        .delete(20.4, "a", "t", "p2");
+    log.node(30.0, "n1", &[]);
+    log.node(45.0, "n2", &[("k", 45.0)]);
+    log.event(45.3, "b", "u")
+        .mark(45.4, "b", "u", "p4")
+        .delete(45.5, "b", "u", "p4");
+    log
+}
+
+fn config() -> Config {
+    let mut cfg = Config::new(Controller::Noexecute, LEASE);
+    cfg.renew_deadline_ms = 5_000;
+    cfg.deadline_from_time_added = true;
+    cfg
+}
+
+fn judge(log: &Log, cfg: &Config) -> Report {
+    let history = History::build(&log.entries(), &cfg.controller, &cfg.lease).unwrap();
+    check(&history, cfg)
+}
+
+fn only(report: &Report, kind: Kind, n: usize) {
+    for k in Kind::ALL {
+        let want = if k == kind { n } else { 0 };
+        assert_eq!(report.count(k), want, "{} violations:\n{report}", k.name());
+    }
+}
+
+#[test]
+fn the_baseline_passes() {
+    let r = judge(&baseline(), &config());
+    assert_eq!(r.total(), 0, "{r}");
+    assert_eq!(r.evictions, 3);
+    assert_eq!(r.deadlines, 3, "{r}");
+    assert_eq!(r.terms, 2);
+    assert!(r.unresolved.is_empty(), "{r}");
+}
+
+#[test]
+fn a_planted_wrong_eviction_is_found() {
+    let mut log = baseline();
+    // p3 tolerates k forever.
+    log.mark(15.0, "a", "t", "p3").delete(15.1, "a", "t", "p3");
+    let r = judge(&log, &config());
+    // The mark and the delete are each wrong.
+    only(&r, Kind::Wrong, 2);
+    assert!(r.to_string().contains("first wrong: Mark of t/p3"), "{r}");
+}
+
+#[test]
+fn an_early_eviction_is_wrong_too() {
+    let mut log = baseline();
+    log.0
+        .retain(|l| !l.contains("\"name\":\"p2\"") || l.contains("\"create\""));
+    log.mark(16.0, "a", "t", "p2").delete(16.1, "a", "t", "p2");
+    let r = judge(&log, &config());
+    only(&r, Kind::Wrong, 2);
+}
+
+#[test]
+fn a_planted_late_eviction_is_found() {
+    let mut log = baseline();
+    log.0
+        .retain(|l| !(l.contains("\"p2\"") && l.contains("\"delete\"")));
+    log.delete(27.0, "a", "t", "p2");
+    let r = judge(&log, &config());
+    only(&r, Kind::Late, 1);
+}
+
+#[test]
+fn a_missed_eviction_is_found() {
+    let mut log = baseline();
+    log.0
+        .retain(|l| !(l.contains("\"p2\"") && l.contains("\"delete\"")));
+    let r = judge(&log, &config());
+    only(&r, Kind::Missed, 1);
+}
+
+#[test]
+fn time_no_replica_could_act_excuses_lateness() {
+    let mut log = baseline();
+    log.0
+        .retain(|l| !(l.contains("\"p2\"") && l.contains("\"delete\"")));
+    log.delete(27.0, "a", "t", "p2");
+    // a froze from 16 s to 28 s: its last renewal at 16 s let it act until 21 s.
+    log.0
+        .retain(|l| !(l.contains("\"leases\"") && l.contains("(a)")));
+    log.renewals(0.0, 16.0, "a").renewals(28.0, 38.0, "a");
+    let r = judge(&log, &config());
+    assert_eq!(r.total(), 0, "{r}");
+}
+
+#[test]
+fn a_planted_duplicate_is_found() {
+    let mut log = baseline();
+    log.delete(11.0, "a", "t", "p1");
+    let r = judge(&log, &config());
+    only(&r, Kind::Duplicate, 1);
+}
+
+#[test]
+fn a_planted_unfenced_write_is_found() {
+    let mut log = baseline();
+    // a records an Event after b's first write (45.3 s) in b's newer term.
+    log.event(46.0, "a", "t");
+    let r = judge(&log, &config());
+    only(&r, Kind::Unfenced, 1);
+    // Before b's first write it is not a violation.
+    let mut log = baseline();
+    log.event(41.0, "a", "t");
+    assert_eq!(judge(&log, &config()).total(), 0);
+}
+
+#[test]
+fn a_start_under_the_brake_is_found() {
+    // With two nodes, one tainted is 50 %: a 40 % brake holds from 10 s to 30 s, and p2's
+    // start at 20.3 s (p1's at 10.5 s is within the slack of the brake's start) breaks it.
+    let mut cfg = config();
+    cfg.brake = Some((40.0, 1));
+    let r = judge(&baseline(), &cfg);
+    only(&r, Kind::Brake, 1);
+    assert!(r.to_string().contains("t/p2"), "{r}");
+}
+
+#[test]
+fn a_rate_limit_breach_is_found() {
+    let mut cfg = config();
+    cfg.eviction_rate = Some((0.01, 1.0));
+    let r = judge(&baseline(), &cfg);
+    assert_eq!(r.count(Kind::Rate), 1, "{r}");
+    cfg.eviction_rate = Some((1.0, 1.0));
+    assert_eq!(judge(&baseline(), &cfg).total(), 0);
+}
+
+#[test]
+fn a_touched_excluded_pod_is_found() {
+    let mut cfg = config();
+    cfg.exclude_namespaces = vec!["u".into()];
+    let r = judge(&baseline(), &cfg);
+    // Its mark and its delete.
+    only(&r, Kind::Excluded, 2);
+}
+
+#[test]
+fn upstream_semantics_count_from_the_controller_not_time_added() {
+    // n1's taint carries timeAdded 2 s, 8 s before the node write reached the log. With
+    // restart-safe deadlines p2 is due at 12 s; counted from when the controller saw the taint
+    // (upstream), at 20 s.
+    let mut log = baseline();
+    log.0
+        .retain(|l| !(l.contains("\"n1\"") && l.contains("08:00:10Z")));
+    log.node(10.0, "n1", &[("k", 2.0)]);
+    let restart_safe = config();
+    let mut upstream_like = restart_safe.clone();
+    upstream_like.deadline_from_time_added = false;
+    // The baseline's delete at 20.4 s: on time for upstream, late for restart-safe deadlines.
+    assert_eq!(judge(&log, &upstream_like).total(), 0);
+    only(&judge(&log, &restart_safe), Kind::Late, 1);
+    // A delete at 13 s: on time for restart-safe deadlines, wrong (early) for upstream's.
+    log.0
+        .retain(|l| !l.contains("\"name\":\"p2\"") || l.contains("\"create\""));
+    log.mark(12.9, "a", "t", "p2").delete(13.0, "a", "t", "p2");
+    assert_eq!(judge(&log, &restart_safe).total(), 0);
+    only(&judge(&log, &upstream_like), Kind::Wrong, 2);
+}
+
+#[test]
+fn a_log_without_bodies_is_refused() {
+    let mut log = Log::default();
+    log.0.push(line(
+        1.0, "create", "pods", "", "t", "p", "x", 201, None, None,
+    ));
+    let err = History::build(&log.entries(), &Controller::Noexecute, LEASE).err();
+    assert!(err.is_some_and(|e| e.to_string().contains("NOEXECUTE_AUDIT=bodies")));
+}
