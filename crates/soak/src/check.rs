@@ -283,7 +283,8 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         let run = &runs[i][r];
         let start = queue.take(due);
         let budget = cfg.slack_ms * 1000 + (start - due);
-        let allowed = advance(due, budget, &blocked);
+        // A deadline from timeAdded can fall before the pod came: it is due when it comes.
+        let allowed = advance(due.max(run.start), budget, &blocked);
         if allowed > h.end {
             continue; // the soak ended before the deadline plus its allowance
         }
@@ -919,6 +920,12 @@ impl std::fmt::Display for Report {
             if let Some(v) = self.violations.iter().find(|v| v.kind == kind) {
                 writeln!(f, "first {}: {}", kind.name(), v.what)?;
                 write!(f, "{}", v.history)?;
+            }
+        }
+        if !self.violations.is_empty() {
+            writeln!(f, "every violation, in time order:")?;
+            for v in self.violations.iter().take(500) {
+                writeln!(f, "  {} {}: {}", show_time(v.at), v.kind.name(), v.what)?;
             }
         }
         Ok(())

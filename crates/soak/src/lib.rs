@@ -6,6 +6,8 @@
 
 pub mod audit;
 pub mod check;
+pub mod drive;
 pub mod faults;
 pub mod history;
 pub mod rules;
+pub mod toxi;

@@ -4,12 +4,15 @@
 //!
 //! kube's watcher does the listing (paginated), resumes from the last resource version, and
 //! relists after `410 Gone` (emitting `Init`, `InitApply`…, `InitDone` again). Errors are
-//! counted as watch restarts and retried with backoff; the stream never ends on its own.
+//! counted as watch restarts and retried with backoff (`backoff`); the stream never ends on its
+//! own.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
+use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +44,7 @@ async fn forward<K>(
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut stream = watcher(api, config).backoff(backoff()).boxed();
     loop {
         let item = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -60,6 +63,25 @@ async fn forward<K>(
             None => return,
         }
     }
+}
+
+/// How long a failed watch waits before trying again: from 100 ms, doubling, at most 2 s (with
+/// up to as much again of jitter), and afresh after 30 s without a failure.
+///
+/// kube's default (client-go's too) grows to 30 s and forgets only after 2 minutes without a
+/// failure, so a second control-plane blip within 2 minutes of the first could leave the
+/// controller blind for half a minute: the fault soak found a leader that, after a
+/// kube-apiserver restart and an etcd restart 10 s apart, did not see a new taint for 19 s
+/// (`docs/soak.md`). A failed list or watch costs the API server little; a blind eviction
+/// controller costs pods their deadlines.
+pub fn backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
+    let schedule = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(2))
+        .with_factor(2.0)
+        .without_max_times()
+        .with_jitter();
+    ResetTimerBackoff::new(schedule.into(), Duration::from_secs(30))
 }
 
 /// Start the watches. `page_size` bounds each list page (and the client memory it costs).
@@ -117,5 +139,21 @@ pub fn spawn(
         nodes: nodes_rx,
         pods: pods_rx,
         taint_events: events_rx,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However many failures in a row, a watch tries again within 4 s (2 s and its jitter).
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_never_waits_long() {
+        let mut b = backoff();
+        for i in 0..40 {
+            let delay = b.next().unwrap_or(Duration::MAX);
+            assert!(delay <= Duration::from_secs(4), "failure {i}: {delay:?}");
+            tokio::time::advance(delay).await;
+        }
     }
 }
