@@ -216,7 +216,36 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         }
         if matches!(w.kind, WriteKind::Delete | WriteKind::Evict) {
             report.evictions += 1;
+            // Deleted again: after the controller's own deletion, or after anyone else's that
+            // was older than the slack (a watch could not have shown it yet).
+            let again = deletions.get(&i).is_some_and(|d| !d.is_empty())
+                || pod
+                    .gone
+                    .is_some_and(|g| g < w.received - cfg.slack_ms * 1000);
             deletions.entry(i).or_default().push(w);
+            if again {
+                report.violations.push(Violation {
+                    kind: Kind::Duplicate,
+                    at: w.received,
+                    what: format!(
+                        "{:?} of {}/{} (uid {}) by {} at {}: it was deleted already at {}",
+                        w.kind,
+                        pod.namespace,
+                        pod.name,
+                        pod.uid,
+                        w.replica,
+                        show_time(w.received),
+                        pod.gone.map(show_time).unwrap_or_default()
+                    ),
+                    history: pod_history(h, pod, w.received),
+                    after_restart: false,
+                });
+                continue;
+            }
+        }
+        // A pod already leaving is judged as a duplicate (above), not again here.
+        if pod.gone.is_some_and(|g| g < w.received) {
+            continue;
         }
         if !justified(cfg, pod, &runs[i], w.received) {
             report.violations.push(Violation {
@@ -237,29 +266,6 @@ pub fn check(h: &History, cfg: &Config) -> Report {
                 after_restart: false,
             });
         }
-    }
-    let mut dup: Vec<(usize, Vec<&Write>)> =
-        deletions.into_iter().filter(|(_, w)| w.len() > 1).collect();
-    dup.sort_by_key(|(_, w)| w[1].received);
-    for (i, w) in dup {
-        let pod = &h.pods[i];
-        report.violations.push(Violation {
-            kind: Kind::Duplicate,
-            at: w[1].received,
-            what: format!(
-                "{}/{} (uid {}) deleted or evicted {} times, by {}",
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                w.len(),
-                w.iter()
-                    .map(|w| w.replica.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            history: pod_history(h, pod, w[1].received),
-            after_restart: false,
-        });
     }
 
     // Late and missed: each run's deadline, in deadline order through the rate-limit queue.

@@ -342,7 +342,12 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
     let plane = Plane::load(&args.plane)?;
     std::fs::create_dir_all(&args.out)?;
     let kinds: Vec<String> = match args.faults.as_str() {
-        "all" => FAULT_KINDS.iter().map(|s| s.to_string()).collect(),
+        // kube-controller-manager is not behind a proxy (see below).
+        "all" => FAULT_KINDS
+            .iter()
+            .filter(|k| args.controller == Controller::Noexecute || !k.starts_with("proxy-"))
+            .map(|s| s.to_string())
+            .collect(),
         "none" | "" => Vec::new(),
         list => list.split(',').map(|s| s.trim().to_string()).collect(),
     };

@@ -13,8 +13,11 @@ pub enum Controller {
     /// `noexecute run`: user agent `noexecute/VERSION (IDENTITY)`; its Lease is written with
     /// the same user agent and names the identity as holder.
     Noexecute,
-    /// kube-controller-manager's taint-eviction-controller: user agent ending in
-    /// `/taint-eviction-controller`; the manager's Lease is written by `/leader-election`.
+    /// kube-controller-manager's taint-eviction-controller. It shares its client, and so its
+    /// user agent (`.../node-controller`), with node-lifecycle-controller, which writes pod
+    /// status too (Ready=False): a status write is the taint eviction controller's only when it
+    /// sets `DisruptionTarget` (the audit log's request body says), and its pod deletions are
+    /// the only ones under that name. The manager's Lease is written by `/leader-election`.
     /// One manager: every write is replica `kube-controller-manager`.
     Upstream,
 }
@@ -37,10 +40,20 @@ impl Controller {
     pub fn writer(&self, e: &Entry) -> Option<String> {
         match self {
             Controller::Noexecute => noexecute_identity(&e.user_agent),
-            Controller::Upstream => e
-                .user_agent
-                .ends_with("/taint-eviction-controller")
-                .then(|| KCM.to_string()),
+            Controller::Upstream => {
+                let ours = e.user_agent.starts_with("kube-controller-manager/")
+                    && e.user_agent.ends_with("/node-controller")
+                    && e.resource == "pods"
+                    && match (e.subresource.as_str(), e.verb.as_str()) {
+                        ("", "delete") => true,
+                        ("status", _) => e
+                            .request
+                            .as_ref()
+                            .is_some_and(|r| r.to_string().contains("DisruptionTarget")),
+                        _ => false,
+                    };
+                ours.then(|| KCM.to_string())
+            }
         }
     }
 
@@ -180,53 +193,59 @@ impl History {
         let mut by_uid: HashMap<String, usize> = HashMap::new();
         let mut pod_writes_seen = false;
         let mut pod_bodies_seen = false;
+        // Pods first: the scheduler can bind a pod before its creation's response is complete
+        // (and so before it in the log).
+        for e in entries
+            .iter()
+            .filter(|e| e.resource == "pods" && e.subresource.is_empty() && e.verb == "create")
+        {
+            pod_writes_seen = true;
+            if !e.ok() {
+                continue;
+            }
+            let Some(body) = e.response.as_ref() else {
+                continue;
+            };
+            pod_bodies_seen = true;
+            let uid = body
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let namespace = body
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or(&e.namespace)
+                .to_string();
+            let name = body
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or(&e.name)
+                .to_string();
+            let node = body
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string);
+            let index = h.pods.len();
+            h.pods.push(Pod {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                labels: body.pointer("/metadata/labels").cloned(),
+                tolerations: tolerations_of(body),
+                created: e.completed,
+                bound: node.as_ref().map(|_| e.completed),
+                node,
+                gone: None,
+            });
+            by_uid.insert(uid, index);
+            by_name.entry((namespace, name)).or_default().push(index);
+        }
         for e in entries {
             match (e.resource.as_str(), e.subresource.as_str()) {
                 ("nodes", "") => h.node_write(e),
-                ("pods", "") if e.verb == "create" => {
-                    pod_writes_seen = true;
-                    if !e.ok() {
-                        continue;
-                    }
-                    let Some(body) = e.response.as_ref() else {
-                        continue;
-                    };
-                    pod_bodies_seen = true;
-                    let uid = body
-                        .pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    let namespace = body
-                        .pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or(&e.namespace)
-                        .to_string();
-                    let name = body
-                        .pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or(&e.name)
-                        .to_string();
-                    let node = body
-                        .pointer("/spec/nodeName")
-                        .and_then(Value::as_str)
-                        .filter(|n| !n.is_empty())
-                        .map(str::to_string);
-                    let index = h.pods.len();
-                    h.pods.push(Pod {
-                        uid: uid.clone(),
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                        labels: body.pointer("/metadata/labels").cloned(),
-                        tolerations: tolerations_of(body),
-                        created: e.completed,
-                        bound: node.as_ref().map(|_| e.completed),
-                        node,
-                        gone: None,
-                    });
-                    by_uid.insert(uid, index);
-                    by_name.entry((namespace, name)).or_default().push(index);
-                }
+                ("pods", "") if e.verb == "create" => {}
                 ("pods", "binding") if e.ok() => {
                     let target = e.request_str("/target/name").map(str::to_string);
                     let uid = e.request_str("/metadata/uid");
@@ -236,7 +255,7 @@ impl History {
                     match (index, target) {
                         (Some(i), Some(node)) if h.pods[i].bound.is_none() => {
                             h.pods[i].node = Some(node);
-                            h.pods[i].bound = Some(e.completed);
+                            h.pods[i].bound = Some(e.received);
                         }
                         _ => *h.unresolved.entry("binding".into()).or_default() += 1,
                     }
