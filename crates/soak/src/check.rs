@@ -294,6 +294,12 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         if allowed > h.end {
             continue; // the soak ended before the deadline plus its allowance
         }
+        // A node deleted meanwhile: the pod is orphaned, and the pod garbage collector's to
+        // remove; whether a controller still evicts it is not judged (noexecute's stale-cache
+        // guard finds no taints on a node that is gone and drops the eviction).
+        if run.segs.iter().any(|s| s.absent && s.from < allowed) {
+            continue;
+        }
         report.deadlines += 1;
         let acted = first_action(h, cfg, i);
         let left = acted.into_iter().chain(pod.gone).min();

@@ -234,8 +234,10 @@ impl History {
                 name: name.clone(),
                 labels: body.pointer("/metadata/labels").cloned(),
                 tolerations: tolerations_of(body),
-                created: e.completed,
-                bound: node.as_ref().map(|_| e.completed),
+                // From when the request came: the pod exists from some time between then
+                // and the response.
+                created: e.received,
+                bound: node.as_ref().map(|_| e.received),
                 node,
                 gone: None,
             });
@@ -319,7 +321,12 @@ impl History {
             ) && pod_index.is_none()
             {
                 *h.unresolved
-                    .entry(format!("{kind:?} of an unknown pod"))
+                    .entry(format!(
+                        "{kind:?} of an unknown pod {}/{} at {}",
+                        e.namespace,
+                        e.name,
+                        crate::audit::show_time(e.received)
+                    ))
                     .or_default() += 1;
             }
             h.writes.push(Write {
@@ -396,6 +403,7 @@ fn pod_of(
     let uid = e
         .response_str("/metadata/uid")
         .filter(|_| e.response_str("/kind") == Some("Pod"))
+        .or_else(|| e.request_str("/metadata/uid"))
         .or_else(|| e.request_str("/preconditions/uid"))
         .or_else(|| e.request_str("/deleteOptions/preconditions/uid"));
     if let Some(i) = uid.and_then(|u| by_uid.get(u)) {

@@ -160,13 +160,25 @@ impl Plane {
     /// and one kwok per zone for `zones` × `nodes_per_zone` simulated nodes named
     /// `zone-a-0`, `zone-a-1`, …, labelled `topology.kubernetes.io/zone=zone-a`, ….
     pub fn full(name: &str, zones: u32, nodes_per_zone: u32, upstream: bool) -> Result<Plane> {
+        Plane::full_with_env(name, zones, nodes_per_zone, upstream, &[])
+    }
+
+    /// [`Plane::full`] with extra environment for `scripts/cluster` (e.g.
+    /// `NOEXECUTE_AUDIT=bodies` for the soak's checker).
+    pub fn full_with_env(
+        name: &str,
+        zones: u32,
+        nodes_per_zone: u32,
+        upstream: bool,
+        env: &[(&str, &str)],
+    ) -> Result<Plane> {
         let zones = format!("--zones={zones}");
         let per = format!("--nodes-per-zone={nodes_per_zone}");
         let mut args = vec!["--full", zones.as_str(), per.as_str()];
         if upstream {
             args.push("--upstream");
         }
-        Plane::start(name, &args, &[])
+        Plane::start(name, &args, env)
     }
 
     /// Stop a zone's kwok: its nodes stop renewing their Leases.
