@@ -534,17 +534,19 @@ fn due(cfg: &Config, run: &Run) -> Option<Micros> {
 /// of its countdowns: the lenient reading) that had run out.
 fn justified(cfg: &Config, pod: &Pod, runs: &[Run], t: Micros) -> bool {
     let slack = cfg.slack_ms * 1000;
+    // The log stamps a write when its response is complete; watchers may have seen it a
+    // little before, so a demand may begin up to `early` after the request that follows it.
+    let early = cfg.early_ms * 1000;
     runs.iter()
-        .filter(|r| r.start <= t && r.end >= t - slack)
+        .filter(|r| r.start <= t + early && r.end >= t - slack)
         .any(|run| {
             run.segs
                 .iter()
-                .filter(|s| s.from <= t)
+                .filter(|s| s.from <= t + early)
                 .any(|s| match s.demand {
                     Demand::Now => true,
                     Demand::After { limit_ms, added } => {
-                        anchor(cfg, run.start, s.from, added) + limit_ms * 1000
-                            <= t + cfg.early_ms * 1000
+                        anchor(cfg, run.start, s.from, added) + limit_ms * 1000 <= t + early
                     }
                     Demand::Stay => false,
                 })
