@@ -157,15 +157,46 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     }))
 }
 
-/// Reads audit logs in order (the rotated file first), sorted by completion time.
-pub fn read(paths: &[&Path]) -> Result<Vec<Entry>, AuditError> {
-    let mut out = Vec::new();
+/// The audit logs of a plane's directory, oldest first: kube-apiserver's rotated files
+/// (`audit-<time>.log`) and then `audit.log`.
+pub fn files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut rotated: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("audit-") && n.ends_with(".log"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    rotated.sort();
+    rotated.push(dir.join("audit.log"));
+    rotated
+}
+
+/// What the logs held: the entries, sorted by completion time, and the lines that could not
+/// be read (a line torn by a killed writer), with where they are.
+#[derive(Debug, Default)]
+pub struct Log {
+    pub entries: Vec<Entry>,
+    pub unreadable: Vec<String>,
+}
+
+/// Reads audit logs in order. A line that is not an audit event is counted, not fatal; a file
+/// with none that is, is an error.
+pub fn read(paths: &[&Path]) -> Result<Log, AuditError> {
+    let mut out = Log::default();
     for path in paths {
         let shown = path.display().to_string();
         let file = std::fs::File::open(path).map_err(|source| AuditError::Read {
             path: shown.clone(),
             source,
         })?;
+        let mut good = 0usize;
+        let mut first_bad: Option<AuditError> = None;
         for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
             let line = line.map_err(|source| AuditError::Read {
                 path: shown.clone(),
@@ -175,19 +206,30 @@ pub fn read(paths: &[&Path]) -> Result<Vec<Entry>, AuditError> {
                 continue;
             }
             match parse_line(&line) {
-                Ok(Some(entry)) => out.push(entry),
-                Ok(None) => {}
+                Ok(Some(entry)) => {
+                    good += 1;
+                    out.entries.push(entry);
+                }
+                Ok(None) => good += 1,
                 Err(reason) => {
-                    return Err(AuditError::Line {
-                        path: shown,
-                        line: i + 1,
-                        reason,
-                    });
+                    out.unreadable.push(format!("{shown}:{}: {reason}", i + 1));
+                    if first_bad.is_none() {
+                        first_bad = Some(AuditError::Line {
+                            path: shown.clone(),
+                            line: i + 1,
+                            reason,
+                        });
+                    }
                 }
             }
         }
+        if good == 0
+            && let Some(e) = first_bad
+        {
+            return Err(e);
+        }
     }
-    out.sort_by_key(|e| (e.completed, e.received));
+    out.entries.sort_by_key(|e| (e.completed, e.received));
     Ok(out)
 }
 

@@ -17,6 +17,7 @@
 //! - **excluded**: a write to a pod the exclusions protect.
 
 use crate::audit::{Micros, show_time};
+use crate::faults::Fault;
 use crate::history::{Controller, History, Pod, Write, WriteKind};
 use crate::rules::{Demand, Selector, demand};
 use std::collections::{BTreeMap, HashMap};
@@ -46,9 +47,10 @@ pub struct Config {
     pub qps: Option<(f64, f64, f64)>,
     /// `--brake-threshold` and `--brake-min-nodes`.
     pub brake: Option<(f64, usize)>,
-    /// Windows in which the nemesis kept the controller from acting (apiserver or etcd down, a
-    /// cut or slowed connection), each followed by `recovery_ms`.
-    pub faults: Vec<(Micros, Micros)>,
+    /// The nemesis's faults. Which of them kept the controller from acting is decided here
+    /// (`fault_windows`), from the Lease's history, not by the driver.
+    pub faults: Vec<Fault>,
+    /// After a fault of the plane or of the acting replica's connection: time to relist.
     pub recovery_ms: i64,
 }
 
@@ -268,8 +270,20 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         }
     }
 
-    // Late and missed: each run's deadline, in deadline order through the rate-limit queue.
-    let mut dues: Vec<(Micros, usize, usize)> = Vec::new();
+    // Late and missed. A run is ready when its deadline has come (not before the pod did)
+    // and some replica can act; the rate limits then start the ready ones in order.
+    let mut acted_at: HashMap<usize, Micros> = HashMap::new();
+    for w in h.writes.iter().filter(|w| w.ok()) {
+        if let Some(i) = w.pod
+            && matches!(w.kind, WriteKind::Delete | WriteKind::Evict)
+        {
+            acted_at
+                .entry(i)
+                .and_modify(|t| *t = (*t).min(w.received))
+                .or_insert(w.received);
+        }
+    }
+    let mut ready: Vec<(Micros, Micros, usize, usize)> = Vec::new();
     for (i, pod_runs) in runs.iter().enumerate() {
         if excluded(cfg, &h.pods[i]) {
             continue;
@@ -278,30 +292,35 @@ pub fn check(h: &History, cfg: &Config) -> Report {
             if let Some(due) = due(cfg, run)
                 && due < run.end
             {
-                dues.push((due, i, r));
+                // A deadline from timeAdded can fall before the pod came: due when it comes.
+                let due = due.max(run.start);
+                ready.push((advance(due, 0, &blocked), due, i, r));
             }
         }
     }
-    dues.sort();
+    ready.sort();
     let mut queue = Queue::new(cfg);
-    for (due, i, r) in dues {
+    for (ready_at, due, i, r) in ready {
         let pod = &h.pods[i];
         let run = &runs[i][r];
-        let start = queue.take(due);
-        let budget = cfg.slack_ms * 1000 + (start - due);
-        // A deadline from timeAdded can fall before the pod came: it is due when it comes.
-        let allowed = advance(due.max(run.start), budget, &blocked);
+        let start = queue.take(ready_at);
+        let allowed = advance(start, cfg.slack_ms * 1000, &blocked);
         if allowed > h.end {
             continue; // the soak ended before the deadline plus its allowance
         }
-        // A node deleted meanwhile: the pod is orphaned, and the pod garbage collector's to
-        // remove; whether a controller still evicts it is not judged (noexecute's stale-cache
-        // guard finds no taints on a node that is gone and drops the eviction).
-        if run.segs.iter().any(|s| s.absent && s.from < allowed) {
+        // The node deleted between the deadline and the allowance: the pod is orphaned and
+        // the pod garbage collector's. noexecute's stale-cache guard, when it re-reads the
+        // node for an eviction a pod event decided, finds it gone and drops the eviction;
+        // evictions a timer fired go ahead (§20.9). Not judged.
+        if run
+            .segs
+            .iter()
+            .any(|s| s.absent && s.to > due && s.from < allowed)
+        {
             continue;
         }
         report.deadlines += 1;
-        let acted = first_action(h, cfg, i);
+        let acted = acted_at.get(&i).copied();
         let left = acted.into_iter().chain(pod.gone).min();
         if left.is_some_and(|t| t <= allowed) || run.end <= allowed {
             continue;
@@ -335,40 +354,46 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         });
     }
 
-    // Unfenced.
-    for w in &h.writes {
-        let Some(term) = terms.iter().rev().find(|t| t.start <= w.received) else {
-            continue;
-        };
-        if term.holder == w.replica || cfg.controller == Controller::Upstream {
-            continue;
-        }
-        if let Some(first) = term.first_write
-            && first < w.received
-        {
-            report.violations.push(Violation {
-                kind: Kind::Unfenced,
-                at: w.received,
-                what: format!(
-                    "{:?} {}/{} by {} at {}, after {} (term from {}) first wrote at {}",
-                    w.kind,
-                    w.namespace,
-                    w.name,
-                    w.replica,
-                    show_time(w.received),
-                    term.holder,
-                    show_time(term.start),
-                    show_time(first)
-                ),
-                history: lease_history(h, w.received),
-                after_restart: false,
+    // Unfenced: a write received after the first write, in a newer term than the writer's
+    // own latest, of another replica.
+    if cfg.controller == Controller::Noexecute {
+        for w in &h.writes {
+            let own = terms
+                .iter()
+                .filter(|t| t.replica == w.replica && t.start <= w.received)
+                .map(|t| t.start)
+                .max()
+                .unwrap_or(Micros::MIN);
+            let newer = terms.iter().find(|t| {
+                t.start > own
+                    && t.replica != w.replica
+                    && t.first_write.is_some_and(|f| f < w.received)
             });
+            if let Some(term) = newer {
+                report.violations.push(Violation {
+                    kind: Kind::Unfenced,
+                    at: w.received,
+                    what: format!(
+                        "{:?} {}/{} by {} at {}, after {} (term from {}) first wrote at {}",
+                        w.kind,
+                        w.namespace,
+                        w.name,
+                        w.replica,
+                        show_time(w.received),
+                        term.holder,
+                        show_time(term.start),
+                        term.first_write.map(show_time).unwrap_or_default()
+                    ),
+                    history: lease_history(h, w.received),
+                    after_restart: false,
+                });
+            }
         }
     }
 
     // Policies: the brake and the rate limit, over eviction starts.
     let starts = starts(h);
-    for &(t, i) in &starts {
+    for &(t, i, _) in &starts {
         if brake
             .iter()
             .any(|&(a, b)| a <= t - cfg.slack_ms * 1000 && t <= b)
@@ -388,23 +413,37 @@ pub fn check(h: &History, cfg: &Config) -> Report {
             });
         }
     }
-    if let Some((rate, burst)) = cfg.eviction_rate {
-        let times: Vec<Micros> = starts.iter().map(|s| s.0).collect();
-        if let Some((a, b, n)) = rate_exceeded(&times, rate, burst, 250_000) {
-            report.violations.push(Violation {
-                kind: Kind::Rate,
-                at: b,
-                what: format!(
-                    "{n} evictions started between {} and {}: more than {burst} + {rate}/s allows",
-                    show_time(a),
-                    show_time(b)
-                ),
-                history: String::new(),
-                after_restart: false,
-            });
+    // Each process has its own bucket (a new leader starts with a full burst); requests
+    // reach the API server with up to a second of network jitter (the proxy faults).
+    if let Some((rate, burst)) = cfg.eviction_rate.filter(|(rate, _)| *rate > 0.0) {
+        let mut by_replica: BTreeMap<&str, Vec<Micros>> = BTreeMap::new();
+        for &(t, _, replica) in &starts {
+            by_replica.entry(replica).or_default().push(t);
+        }
+        for (replica, times) in by_replica {
+            if let Some((a, b, n)) = rate_exceeded(&times, rate, burst, 1_000_000) {
+                report.violations.push(Violation {
+                    kind: Kind::Rate,
+                    at: b,
+                    what: format!(
+                        "{replica} started {n} evictions between {} and {}: more than {burst} + {rate}/s allows",
+                        show_time(a),
+                        show_time(b)
+                    ),
+                    history: String::new(),
+                    after_restart: false,
+                });
+            }
         }
     }
     report.violations.sort_by_key(|v| (v.at, v.kind));
+    // Only the first of each kind is printed with its history.
+    let mut seen = std::collections::HashSet::new();
+    for v in &mut report.violations {
+        if !seen.insert(v.kind) {
+            v.history.clear();
+        }
+    }
     report
 }
 
@@ -539,35 +578,38 @@ fn justified(cfg: &Config, pod: &Pod, runs: &[Run], t: Micros) -> bool {
     let early = cfg.early_ms * 1000;
     runs.iter()
         .filter(|r| r.start <= t + early && r.end >= t - slack)
-        .any(|run| {
-            run.segs
-                .iter()
-                .filter(|s| s.from <= t + early)
-                .any(|s| match s.demand {
-                    Demand::Now => true,
-                    Demand::After { limit_ms, added } => {
-                        anchor(cfg, run.start, s.from, added) + limit_ms * 1000 <= t + early
-                    }
-                    Demand::Stay => false,
-                })
-        })
+        .any(|run| earliest_due(cfg, run, t + early) <= t + early)
         && pod.bound.is_some_and(|b| b <= t)
 }
 
-/// The controller's first successful deletion or eviction of pod `i`.
-fn first_action(h: &History, _cfg: &Config, i: usize) -> Option<Micros> {
-    h.writes
-        .iter()
-        .filter(|w| w.pod == Some(i) && w.ok())
-        .filter(|w| matches!(w.kind, WriteKind::Delete | WriteKind::Evict))
-        .map(|w| w.received)
-        .min()
+/// The earliest an eviction in `run` could be due by `t`: the model's deadline (`due`), or a
+/// countdown that any later limit would have run out, each limit counted from when it began
+/// to apply without a break (a restart may count a shortened limit from its taint, and the
+/// checker does not call that early).
+fn earliest_due(cfg: &Config, run: &Run, t: Micros) -> Micros {
+    let mut best = due(cfg, run).unwrap_or(Micros::MAX);
+    let mut since: Option<(i64, Micros)> = None;
+    for s in run.segs.iter().filter(|s| s.from <= t) {
+        match s.demand {
+            Demand::Now => best = best.min(s.from),
+            Demand::After { limit_ms, added } => {
+                let start = match since {
+                    Some((limit, from)) if limit == limit_ms => from,
+                    _ => s.from,
+                };
+                since = Some((limit_ms, start));
+                best = best.min(anchor(cfg, start, s.from, added) + limit_ms * 1000);
+            }
+            Demand::Stay => since = None,
+        }
+    }
+    best
 }
 
-/// Each pod's first eviction write (mark, eviction or delete), with the pod: the starts the
-/// brake and the rate limits govern.
-fn starts(h: &History) -> Vec<(Micros, usize)> {
-    let mut first: HashMap<usize, Micros> = HashMap::new();
+/// Each pod's first eviction write (mark, eviction or delete), with the pod and the replica
+/// that wrote it: the starts the brake and the rate limits govern.
+fn starts(h: &History) -> Vec<(Micros, usize, &str)> {
+    let mut first: HashMap<usize, (Micros, &str)> = HashMap::new();
     for w in &h.writes {
         if let Some(i) = w.pod
             && matches!(
@@ -575,13 +617,14 @@ fn starts(h: &History) -> Vec<(Micros, usize)> {
                 WriteKind::Delete | WriteKind::Evict | WriteKind::Mark
             )
         {
-            first
-                .entry(i)
-                .and_modify(|t| *t = (*t).min(w.received))
-                .or_insert(w.received);
+            let e = first.entry(i).or_insert((w.received, w.replica.as_str()));
+            if w.received < e.0 {
+                *e = (w.received, w.replica.as_str());
+            }
         }
     }
-    let mut out: Vec<(Micros, usize)> = first.into_iter().map(|(i, t)| (t, i)).collect();
+    let mut out: Vec<(Micros, usize, &str)> =
+        first.into_iter().map(|(i, (t, r))| (t, i, r)).collect();
     out.sort();
     out
 }
@@ -610,7 +653,10 @@ fn rate_exceeded(
 }
 
 struct Term {
+    /// The Lease's holder identity.
     holder: String,
+    /// Whose writes are this term's (the holder; upstream: the one manager).
+    replica: String,
     start: Micros,
     first_write: Option<Micros>,
 }
@@ -621,16 +667,16 @@ fn terms(h: &History, cfg: &Config) -> Vec<Term> {
     let mut out: Vec<Term> = Vec::new();
     let mut last: Option<String> = None;
     for l in h.leases.iter().filter(|l| l.ok) {
-        let holder = match cfg.controller {
-            Controller::Upstream => l.holder.as_ref().map(|_| l.replica.clone()),
-            Controller::Noexecute => l.holder.clone(),
-        };
-        match holder {
+        match l.holder.clone() {
             None => last = None,
             Some(holder) if holder.is_empty() => last = None,
             Some(holder) => {
                 if last.as_deref() != Some(holder.as_str()) || l.verb == "create" {
                     out.push(Term {
+                        replica: match cfg.controller {
+                            Controller::Upstream => l.replica.clone(),
+                            Controller::Noexecute => holder.clone(),
+                        },
                         holder: holder.clone(),
                         start: l.completed,
                         first_write: None,
@@ -640,20 +686,27 @@ fn terms(h: &History, cfg: &Config) -> Vec<Term> {
             }
         }
     }
-    for (k, term) in out.iter_mut().enumerate() {
-        let _ = k;
-        term.first_write = h
-            .writes
-            .iter()
-            .filter(|w| w.replica == term.holder && w.received >= term.start)
-            .map(|w| w.completed)
-            .min();
+    let mut first: HashMap<&str, Vec<Micros>> = HashMap::new();
+    for w in &h.writes {
+        first
+            .entry(w.replica.as_str())
+            .or_default()
+            .push(w.received);
+    }
+    for list in first.values_mut() {
+        list.sort_unstable();
+    }
+    for term in &mut out {
+        term.first_write = first.get(term.replica.as_str()).and_then(|list| {
+            let i = list.partition_point(|&t| t < term.start);
+            list.get(i).copied()
+        });
     }
     out
 }
 
-/// When no replica could act: outside every Lease write's renew deadline, and in the
-/// nemesis's fault windows (plus their recovery).
+/// When no replica could act: outside every Lease write's renew deadline, and in the windows
+/// of the faults that hit the plane or the replica holding the Lease (`fault_windows`).
 fn unavailable(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
     let mut covered: Vec<(Micros, Micros)> = h
         .leases
@@ -677,12 +730,46 @@ fn unavailable(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
     if t < h.end {
         out.push((t, h.end));
     }
-    out.extend(
-        cfg.faults
-            .iter()
-            .map(|&(a, b)| (a, b + cfg.recovery_ms * 1000)),
-    );
+    out.extend(fault_windows(h, cfg));
     merge(out)
+}
+
+/// The faults that kept the controller from acting, as windows:
+/// - the plane's (kube-apiserver, etcd) and the Lease's, always, with `recovery_ms` after;
+/// - a replica's (killed, stopped, frozen, its connection cut or slowed) only if that replica
+///   held the Lease during the fault (a successful renewal naming it within a renew deadline
+///   of the window): a killed or stopped one until it could no longer have renewed, a frozen
+///   one while frozen, a connection until `recovery_ms` after it healed.
+///
+/// Against upstream the one manager is always the acting replica.
+pub fn fault_windows(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
+    let renew = cfg.renew_deadline_ms * 1000;
+    let recovery = cfg.recovery_ms * 1000;
+    let held = |target: &str, a: Micros, b: Micros| {
+        cfg.controller == Controller::Upstream
+            || h.leases.iter().any(|l| {
+                l.ok && l.completed >= a - renew
+                    && l.completed <= b
+                    && l.holder.as_deref().is_some_and(|holder| {
+                        holder
+                            .strip_prefix(target)
+                            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '-']))
+                    })
+            })
+    };
+    cfg.faults
+        .iter()
+        .filter_map(|f| match f.kind.as_str() {
+            "kill" | "term" => {
+                held(&f.target, f.start, f.end).then_some((f.start, f.end.max(f.start + renew)))
+            }
+            "freeze" => held(&f.target, f.start, f.end).then_some((f.start, f.end)),
+            k if k.starts_with("proxy-") => {
+                held(&f.target, f.start, f.end).then_some((f.start, f.end + recovery))
+            }
+            _ => Some((f.start, f.end + recovery)),
+        })
+        .collect()
 }
 
 /// When the brake held, by the checker's own count of watched nodes and tainted ones.
@@ -772,10 +859,11 @@ struct Bucket {
 impl Queue {
     fn new(cfg: &Config) -> Queue {
         let mut buckets = Vec::new();
-        if let Some((rate, burst)) = cfg.eviction_rate {
+        // A rate of zero (or less) is no limit the checker can model: left out.
+        if let Some((rate, burst)) = cfg.eviction_rate.filter(|(r, _)| *r > 0.0) {
             buckets.push(Bucket::new(rate, burst.max(1.0), 1.0));
         }
-        if let Some((qps, burst, cost)) = cfg.qps {
+        if let Some((qps, burst, cost)) = cfg.qps.filter(|(q, _, _)| *q > 0.0) {
             buckets.push(Bucket::new(qps, burst.max(cost), cost));
         }
         Queue { buckets }
@@ -812,7 +900,7 @@ impl Bucket {
             return t;
         }
         let wait = ((self.cost - self.tokens) / self.rate * 1e6).ceil() as Micros;
-        self.at = t + wait;
+        self.at = t.saturating_add(wait);
         self.tokens = 0.0;
         self.at
     }

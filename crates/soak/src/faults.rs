@@ -14,8 +14,10 @@ pub struct Fault {
     /// Microseconds since the epoch.
     pub start: Micros,
     pub end: Micros,
-    /// Whether the fault can keep the acting replica from acting (a restart of kube-apiserver,
-    /// a cut connection); a killed standby cannot.
+    /// The driver's view when the fault began: whether it hit the plane or the replica it saw
+    /// holding the Lease. Informational: the checker decides from the Lease's history in the
+    /// audit log (`check::fault_windows`).
+    #[serde(default)]
     pub disruptive: bool,
 }
 

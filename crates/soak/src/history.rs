@@ -46,7 +46,9 @@ impl Controller {
                     && e.resource == "pods"
                     && match (e.subresource.as_str(), e.verb.as_str()) {
                         ("", "delete") => true,
-                        ("status", _) => e
+                        // node-lifecycle's Ready=False is an update of the whole status;
+                        // the taint eviction controller patches in DisruptionTarget.
+                        ("status", "patch") => e
                             .request
                             .as_ref()
                             .is_some_and(|r| r.to_string().contains("DisruptionTarget")),

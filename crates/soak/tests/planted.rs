@@ -379,3 +379,118 @@ fn a_log_without_bodies_is_refused() {
     let err = History::build(&log.entries(), &Controller::Noexecute, LEASE).err();
     assert!(err.is_some_and(|e| e.to_string().contains("NOEXECUTE_AUDIT=bodies")));
 }
+
+#[test]
+fn unfenced_is_judged_against_every_newer_term() {
+    // b takes over at 40 s and writes at 45.3 s; c takes over at 50 s and has not written.
+    // a's Event at 52 s comes after b's first write in a term newer than a's own: unfenced,
+    // although the latest term (c's) has no write yet.
+    let mut log = baseline();
+    log.lease(50.0, "c", "c");
+    log.event(52.0, "a", "t");
+    only(&judge(&log, &config()), Kind::Unfenced, 1);
+    // A replica that never held the Lease is no better.
+    let mut log = baseline();
+    log.event(47.0, "z", "t");
+    only(&judge(&log, &config()), Kind::Unfenced, 1);
+}
+
+#[test]
+fn a_fault_excuses_lateness_only_when_it_hit_the_leader() {
+    use noexecute_soak::faults::Fault;
+    let mut log = baseline();
+    log.0
+        .retain(|l| !(l.contains("\"p2\"") && l.contains("\"delete\"")));
+    log.delete(27.0, "a", "t", "p2");
+    let fault = |target: &str| Fault {
+        kind: "freeze".into(),
+        target: target.into(),
+        start: 1_800_000_000 * S + 19 * S,
+        end: 1_800_000_000 * S + 26 * S,
+        disruptive: false,
+    };
+    // b (a standby) frozen: p2 is still late.
+    let mut cfg = config();
+    cfg.faults = vec![fault("b")];
+    only(&judge(&log, &cfg), Kind::Late, 1);
+    // a (the leader) frozen from 19 s to 26 s: the deadline (20 s) plus 3 s of slack falls
+    // after the thaw.
+    cfg.faults = vec![fault("a")];
+    assert_eq!(judge(&log, &cfg).total(), 0);
+}
+
+#[test]
+fn upstreams_writes_are_node_controllers_deletions_and_disruption_patches() {
+    let kcm = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/unknown/node-controller";
+    let mut log = Log::default();
+    let body = json!({"kind": "Lease", "spec": {"holderIdentity": "host_1"}});
+    for i in 0..30 {
+        log.0.push(line(
+            f64::from(i) * 2.0,
+            "update",
+            "leases",
+            "",
+            "kube-system",
+            "kube-controller-manager",
+            "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/unknown/leader-election",
+            200,
+            None,
+            Some(body.clone()),
+        ));
+    }
+    log.node(1.0, "n1", &[]);
+    log.pod(2.0, "t", "p1", "n1", json!([]));
+    log.pod(2.0, "t", "p2", "n1", json!([]));
+    // node-lifecycle marks p2 not ready (an update of the whole status): not a taint eviction.
+    log.0.push(line(5.0, "update", "pods", "status", "t", "p2", kcm, 200,
+        Some(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "DisruptionTarget"}]}})), None));
+    log.node(10.0, "n1", &[("k", 10.0)]);
+    log.0.push(line(
+        10.2,
+        "patch",
+        "pods",
+        "status",
+        "t",
+        "p1",
+        kcm,
+        200,
+        Some(json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}})),
+        None,
+    ));
+    let gone =
+        json!({"kind": "Pod", "metadata": {"name": "p1", "namespace": "t", "uid": "uid-p1"}});
+    log.0.push(line(
+        10.3,
+        "delete",
+        "pods",
+        "",
+        "t",
+        "p1",
+        kcm,
+        200,
+        None,
+        Some(gone),
+    ));
+    let gone =
+        json!({"kind": "Pod", "metadata": {"name": "p2", "namespace": "t", "uid": "uid-p2"}});
+    log.0.push(line(
+        10.4,
+        "delete",
+        "pods",
+        "",
+        "t",
+        "p2",
+        kcm,
+        200,
+        None,
+        Some(gone),
+    ));
+    let mut cfg = Config::new(Controller::Upstream, "kube-system/kube-controller-manager");
+    cfg.renew_deadline_ms = 5_000;
+    let history = History::build(&log.entries(), &cfg.controller, &cfg.lease).unwrap();
+    // The mark of p1 and both deletions are its; the Ready=False update is not.
+    assert_eq!(history.writes.len(), 3, "{:?}", history.writes);
+    let r = check(&history, &cfg);
+    assert_eq!(r.evictions, 2);
+    assert_eq!(r.total(), 0, "{r}");
+}
