@@ -294,7 +294,7 @@ pub fn check(h: &History, cfg: &Config) -> Report {
             {
                 // A deadline from timeAdded can fall before the pod came: due when it comes.
                 let due = due.max(run.start);
-                ready.push((advance(due, 0, &blocked), due, i, r));
+                ready.push((ready_at(due, cfg.slack_ms * 1000, &blocked), due, i, r));
             }
         }
     }
@@ -767,7 +767,13 @@ pub fn fault_windows(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
             k if k.starts_with("proxy-") => {
                 held(&f.target, f.start, f.end).then_some((f.start, f.end + recovery))
             }
-            _ => Some((f.start, f.end + recovery)),
+            // The plane is back when kube-apiserver serves writes again: after an etcd restart
+            // it takes seconds to reconnect, after the restarted process is healthy.
+            _ => {
+                let i = h.served.partition_point(|&t| t < f.end);
+                let back = h.served.get(i).copied().unwrap_or(f.end).max(f.end);
+                Some((f.start, back + recovery))
+            }
         })
         .collect()
 }
@@ -822,6 +828,25 @@ fn merge(mut v: Vec<(Micros, Micros)>) -> Vec<(Micros, Micros)> {
         }
     }
     out
+}
+
+/// When an eviction due at `due` joins the queue: at once if some replica can act, else when
+/// one can. One caught by a block (an outage, the brake) before its slack ran out joins again
+/// when the block ends, with every eviction the block held.
+fn ready_at(due: Micros, slack: Micros, blocked: &[(Micros, Micros)]) -> Micros {
+    let mut ready = advance(due, 0, blocked);
+    loop {
+        let tentative = advance(ready, slack, blocked);
+        match blocked
+            .iter()
+            .filter(|(a, _)| *a > ready && *a < tentative)
+            .map(|(_, b)| *b)
+            .max()
+        {
+            Some(end) if end > ready => ready = end,
+            _ => return ready,
+        }
+    }
 }
 
 /// The time at which `budget` of unblocked time has passed since `from`.

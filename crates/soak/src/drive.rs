@@ -1224,6 +1224,23 @@ async fn fault(shared: &Shared, rng: &mut StdRng, kind: &str) -> Result<()> {
                 .plane
                 .script(&[kind, "--down-for", &down], &[])
                 .await?;
+            // The plane is back when kube-apiserver is ready again (after an etcd restart it
+            // takes seconds to reconnect), not when the restarted process is.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                let ready = match http::Request::get("/readyz").body(Vec::new()) {
+                    Ok(request) => shared
+                        .client
+                        .request_text(request)
+                        .await
+                        .is_ok_and(|body| body.trim() == "ok"),
+                    Err(_) => true,
+                };
+                if ready {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             shared.record(kind, "plane", start, true).await;
         }
         _ => {

@@ -166,6 +166,8 @@ pub struct History {
     pub end: Micros,
     /// Entries the history could not use, by reason (reported, never silently dropped).
     pub unresolved: BTreeMap<String, usize>,
+    /// When each successful write of anyone completed, in order: when the API server served.
+    pub served: Vec<Micros>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +193,12 @@ impl History {
             ..History::default()
         };
         let (lease_ns, lease_name) = lease.split_once('/').unwrap_or(("", lease));
+        h.served = entries
+            .iter()
+            .filter(|e| e.ok())
+            .map(|e| e.completed)
+            .collect();
+        h.served.sort_unstable();
         let mut by_name: HashMap<(String, String), Vec<usize>> = HashMap::new();
         let mut by_uid: HashMap<String, usize> = HashMap::new();
         let mut pod_writes_seen = false;
