@@ -131,6 +131,17 @@ async fn run(
     a: Attempt,
     control: impl FnOnce(&Control),
 ) -> AttemptResult {
+    run_selecting(client, leadership, a, control, None).await
+}
+
+/// [`run`] with `--node-selector`.
+async fn run_selecting(
+    client: kube::Client,
+    leadership: lease::Leadership,
+    a: Attempt,
+    control: impl FnOnce(&Control),
+    node_selector: Option<&str>,
+) -> AttemptResult {
     let mut registry = prometheus_client::registry::Registry::default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let exec = Executor::new(
@@ -143,6 +154,8 @@ async fn run(
         ExecutorConfig {
             request_timeout: Duration::from_secs(5),
             node_read_ttl: Duration::from_secs(1),
+            node_selector: node_selector
+                .map(|s| noexecute::adapters::selector::Selector::parse(s).expect("a selector")),
         },
     );
     let cancel = CancellationToken::new();
@@ -221,6 +234,32 @@ async fn the_stale_cache_guard_reads_the_pod_and_node_and_writes_nothing_when_st
     let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
     assert_eq!(methods, ["GET", "GET"], "{seen:#?}");
     assert!(seen[1].path.starts_with("/api/v1/nodes/n"));
+}
+
+/// The fault soak's seed-3 finding: a node relabelled out of `--node-selector` while the
+/// node watch relisted kept its taints in the cache; the guard's fresh read showed the new
+/// label, and the pod was evicted anyway. A node that is another shard's now justifies nothing.
+#[tokio::test]
+async fn the_guard_drops_an_eviction_on_a_node_that_left_the_selector() {
+    let mut node = node_json("a");
+    node["metadata"]["labels"] = serde_json::json!({"example.com/unmanaged": "true"});
+    let (client, script) = fake(vec![(200, pod_json("u1", "41", false)), (200, node)]);
+    let plan = Plan::ReadFirst {
+        guard: Some(StaleGuard::new(false)),
+        finish: Finish::Delete { fallback: false },
+    };
+    let result = run_selecting(
+        client,
+        leading(),
+        attempt(plan, 1),
+        |_| {},
+        Some("!example.com/unmanaged"),
+    )
+    .await;
+    assert_eq!(result, AttemptResult::Stale);
+    let seen = script.lock().unwrap().seen.clone();
+    let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+    assert_eq!(methods, ["GET", "GET"], "{seen:#?}");
 }
 
 #[tokio::test]

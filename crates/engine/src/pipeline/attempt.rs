@@ -80,15 +80,20 @@ impl StaleGuard {
         }
     }
 
-    /// Whether the node's fresh taints still justify evicting a pod with these tolerations
-    /// now. Only `NoExecute` taints count; none at all justifies nothing.
-    pub fn justifies(&self, taints: &[Taint], tolerations: &[Toleration]) -> bool {
+    /// Whether the node as read fresh still justifies evicting a pod with these tolerations
+    /// now. Only `NoExecute` taints count; none at all justifies nothing. A node that no
+    /// longer matches the controller's node selector (`selected` false) justifies nothing
+    /// either: it is another shard's, whatever its taints (the fault soak found a leader whose
+    /// node watch was relisting after a kube-apiserver restart evict the pods of a node
+    /// relabelled out of its shard 4 s before, on a fresh read that showed the new label).
+    pub fn justifies(&self, selected: bool, taints: &[Taint], tolerations: &[Toleration]) -> bool {
         let no_execute: Vec<Taint> = taints
             .iter()
             .filter(|t| t.is_no_execute())
             .cloned()
             .collect();
-        !no_execute.is_empty()
+        selected
+            && !no_execute.is_empty()
             && verdict(&no_execute, tolerations, self.comparison_operators).is_immediate()
     }
 }
@@ -222,5 +227,21 @@ impl Backoff {
             .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
         exp.min(self.max)
             .mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guard's judgement of a fresh read: an untolerated NoExecute taint justifies an
+    /// eviction, unless the node is another shard's now (the soak's seed-3 finding).
+    #[test]
+    fn a_node_outside_the_selector_justifies_nothing() {
+        let guard = StaleGuard::new(false);
+        let taints = vec![Taint::no_execute("k", "v")];
+        assert!(guard.justifies(true, &taints, &[]));
+        assert!(!guard.justifies(false, &taints, &[]));
+        assert!(!guard.justifies(true, &[], &[]));
     }
 }

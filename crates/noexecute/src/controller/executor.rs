@@ -56,10 +56,14 @@ pub struct ExecutorConfig {
     pub request_timeout: Duration,
     /// How long the guard's node reads are shared by the pods of one node.
     pub node_read_ttl: Duration,
+    /// `--node-selector` as the driver applies it: a fresh read of a node that no longer
+    /// matches it justifies no eviction.
+    pub node_selector: Option<crate::adapters::selector::Selector>,
 }
 
 /// The stale-cache guard: fresh node reads, shared for a short while by the pods of one node.
-type NodeReads = Mutex<HashMap<String, (std::time::Instant, Vec<noexecute_engine::Taint>)>>;
+/// The guard's recent node reads: when, whether the node matched `--node-selector`, its taints.
+type NodeReads = Mutex<HashMap<String, (std::time::Instant, bool, Vec<noexecute_engine::Taint>)>>;
 
 #[derive(Clone)]
 pub struct Executor {
@@ -533,10 +537,11 @@ impl Executor {
         // only a read made after this attempt began may say the eviction is stale.
         let cached = self.node_reads.lock().ok().and_then(|c| {
             c.get(node)
-                .filter(|(at, _)| at.elapsed() < self.config.node_read_ttl)
-                .map(|(_, t)| t.clone())
+                .filter(|(at, _, _)| at.elapsed() < self.config.node_read_ttl)
+                .map(|(_, selected, t)| (*selected, t.clone()))
         });
-        if cached.is_some_and(|taints| guard.justifies(&taints, &tolerations)) {
+        if cached.is_some_and(|(selected, taints)| guard.justifies(selected, &taints, &tolerations))
+        {
             return Ok(true);
         }
         let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
@@ -546,6 +551,15 @@ impl Executor {
             Err(CallError::Status(404, _)) => return Ok(false),
             Err(e) => return Err(e),
         };
+        let selected = self.config.node_selector.as_ref().is_none_or(|s| {
+            s.matches(
+                fresh
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .unwrap_or(&Default::default()),
+            )
+        });
         let taints: Vec<noexecute_engine::Taint> = fresh
             .spec
             .and_then(|s| s.taints)
@@ -553,12 +567,15 @@ impl Executor {
             .iter()
             .map(crate::adapters::convert::taint)
             .collect();
-        let justified = guard.justifies(&taints, &tolerations);
+        let justified = guard.justifies(selected, &taints, &tolerations);
         if let Ok(mut c) = self.node_reads.lock() {
             if c.len() > 10_000 {
                 c.clear();
             }
-            c.insert(node.to_string(), (std::time::Instant::now(), taints));
+            c.insert(
+                node.to_string(),
+                (std::time::Instant::now(), selected, taints),
+            );
         }
         Ok(justified)
     }

@@ -346,19 +346,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         request_timeout,
         events_stop.clone(),
     );
-    let executor = executor::Executor::new(
-        client.clone(),
-        limiter.clone(),
-        leadership.clone(),
-        report_tx,
-        metrics.clone(),
-        clock,
-        executor::ExecutorConfig {
-            request_timeout,
-            node_read_ttl: Duration::from_secs(1),
-        },
-    )
-    .with_events(events.clone());
+
     // The node selector is applied by the driver when it can read it, so that a node
     // relabelled out of it is seen leaving (a selecting watch reports it deleted, with its old
     // labels). Otherwise the API server selects, and a node that leaves counts as deleted.
@@ -374,6 +362,20 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             (None, args.node_selector.as_deref())
         }
     };
+    let executor = executor::Executor::new(
+        client.clone(),
+        limiter.clone(),
+        leadership.clone(),
+        report_tx,
+        metrics.clone(),
+        clock,
+        executor::ExecutorConfig {
+            request_timeout,
+            node_read_ttl: Duration::from_secs(1),
+            node_selector: node_selector.clone(),
+        },
+    )
+    .with_events(events.clone());
     let watches = watch::spawn(
         client,
         args.page_size,
