@@ -24,7 +24,7 @@ use crate::toleration::{Toleration, TolerationTime, Verdict, verdict};
 
 /// Switches that change decisions. The defaults are upstream's behaviour (with the bug fixes
 /// listed in `docs/deviations.md`, which need no switch).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Honour the `Lt`/`Gt` toleration operators (upstream's alpha
     /// `TaintTolerationComparisonOperators` gate). Off by default, as upstream.
@@ -37,6 +37,27 @@ pub struct Config {
     /// With `deadline_from_time_added`: a `timeAdded` later than `now` by more than this is
     /// treated as clock skew and replaced by `now`.
     pub max_clock_skew_ms: i64,
+}
+
+impl Config {
+    /// When a toleration of `d` for `taint`, decided at `now`, runs out: `now + d`, or with
+    /// `deadline_from_time_added` the taint's `timeAdded + d` (which may already have passed).
+    /// The engine's one rule; the stale-cache guard judges a fresh read with it too.
+    pub fn deadline(&self, now: Time, d: std::time::Duration, taint: Option<&Taint>) -> Time {
+        if self.deadline_from_time_added
+            && let Some(added) = taint.and_then(|t| t.time_added)
+        {
+            // A timeAdded from the future is clock skew between whoever tainted the node and
+            // us: trust our clock beyond the allowed skew.
+            let start = if added.as_millis() > now.as_millis() + self.max_clock_skew_ms {
+                now
+            } else {
+                added.min(now)
+            };
+            return start.plus(d);
+        }
+        now.plus(d)
+    }
 }
 
 impl Default for Config {
@@ -518,19 +539,7 @@ impl Engine {
 
     /// When a toleration of `d` for `taint`, decided at `now`, runs out.
     fn deadline(&self, now: Time, d: std::time::Duration, taint: Option<&Taint>) -> Time {
-        if self.config.deadline_from_time_added
-            && let Some(added) = taint.and_then(|t| t.time_added)
-        {
-            // A timeAdded from the future is clock skew between whoever tainted the node and
-            // us: trust our clock beyond the allowed skew.
-            let start = if added.as_millis() > now.as_millis() + self.config.max_clock_skew_ms {
-                now
-            } else {
-                added.min(now)
-            };
-            return start.plus(d);
-        }
-        now.plus(d)
+        self.config.deadline(now, d, taint)
     }
 
     fn new_eviction(&mut self, created_at: Time, deadline: Time, stage: Stage) -> Eviction {

@@ -225,7 +225,7 @@ async fn the_stale_cache_guard_reads_the_pod_and_node_and_writes_nothing_when_st
         (200, node_json("b")),
     ]);
     let plan = Plan::ReadFirst {
-        guard: Some(StaleGuard::new(false)),
+        guard: Some(StaleGuard::new(noexecute_engine::Config::default())),
         finish: Finish::Delete { fallback: false },
     };
     let result = run(client, leading(), attempt(plan, 1), |_| {}).await;
@@ -245,7 +245,7 @@ async fn the_guard_drops_an_eviction_on_a_node_that_left_the_selector() {
     node["metadata"]["labels"] = serde_json::json!({"example.com/unmanaged": "true"});
     let (client, script) = fake(vec![(200, pod_json("u1", "41", false)), (200, node)]);
     let plan = Plan::ReadFirst {
-        guard: Some(StaleGuard::new(false)),
+        guard: Some(StaleGuard::new(noexecute_engine::Config::default())),
         finish: Finish::Delete { fallback: false },
     };
     let result = run_selecting(
@@ -271,7 +271,7 @@ async fn a_confirmed_guard_goes_on_to_patch_and_delete() {
         (200, pod_json("u1", "43", true)),
     ]);
     let plan = Plan::ReadFirst {
-        guard: Some(StaleGuard::new(false)),
+        guard: Some(StaleGuard::new(noexecute_engine::Config::default())),
         finish: Finish::Delete { fallback: false },
     };
     let result = run(client, leading(), attempt(plan, 1), |_| {}).await;

@@ -567,7 +567,7 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
             generation: 0,
             cause: None,
             plan: Plan::ReadFirst {
-                guard: Some(StaleGuard::new(false)),
+                guard: Some(StaleGuard::new(noexecute_engine::Config::default())),
                 finish: Finish::Delete { fallback: false },
             },
             term: 1,

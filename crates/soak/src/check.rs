@@ -138,6 +138,12 @@ pub struct Report {
     /// eviction).
     pub deadlines: usize,
     pub terms: usize,
+    /// How often the brake held by the checker's own count, and for how long in all (s).
+    pub brake_holds: usize,
+    pub brake_held_s: f64,
+    /// Time no replica could act, in all (s): outside every term, or a fault that hit the
+    /// Lease holder or the plane.
+    pub unavailable_s: f64,
     pub violations: Vec<Violation>,
     /// History entries the checker could not place (should be none).
     pub unresolved: BTreeMap<String, usize>,
@@ -184,6 +190,10 @@ pub fn check(h: &History, cfg: &Config) -> Report {
     report.terms = terms.len();
     let unavailable = unavailable(h, cfg);
     let brake = brake_intervals(h, cfg);
+    let seconds = |v: &[(Micros, Micros)]| v.iter().map(|(a, b)| (b - a) as f64 / 1e6).sum();
+    report.brake_holds = brake.len();
+    report.brake_held_s = seconds(&brake);
+    report.unavailable_s = seconds(&merge(unavailable.clone()));
     let mut blocked = unavailable.clone();
     blocked.extend(brake.iter().copied());
     let blocked = merge(blocked);
@@ -1023,6 +1033,11 @@ impl std::fmt::Display for Report {
             f,
             "{}: {} evictions judged ({} writes), {} deadlines judged, {} Lease terms",
             self.controller, self.evictions, self.writes, self.deadlines, self.terms
+        )?;
+        writeln!(
+            f,
+            "no replica could act for {:.1} s in all; the brake held {} times, {:.1} s in all",
+            self.unavailable_s, self.brake_holds, self.brake_held_s
         )?;
         let counts: Vec<String> = Kind::ALL
             .iter()

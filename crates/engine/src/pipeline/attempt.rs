@@ -6,10 +6,11 @@
 //! engine's verdict function.
 
 use crate::action::{Cause, PodRef};
+use crate::engine::Config;
 use crate::observe::EvictionId;
 use crate::taint::Taint;
 use crate::time::Time;
-use crate::toleration::{Toleration, verdict};
+use crate::toleration::{Toleration, TolerationTime, Verdict, verdict};
 
 /// How an eviction ends: a DELETE (upstream's way) or an Eviction (policy/v1), which
 /// PodDisruptionBudgets can refuse. The one definition: flags and policy files parse into it.
@@ -64,37 +65,56 @@ pub enum Finish {
     Nothing,
 }
 
-/// The stale-cache guard: before an immediate eviction a pod event triggered, the node is read
-/// afresh, and the eviction goes on only if its fresh taints still make it immediate. The
-/// judgement is the engine's verdict, with the engine's own switches.
+/// The stale-cache guard: before an eviction a pod event decided was due at once (a taint the
+/// pod does not tolerate, or a countdown from `timeAdded` already run out), the node is read
+/// afresh, and the eviction goes on only if the fresh read still makes it due. The judgement is
+/// the engine's verdict and deadline rule, with the engine's own switches.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct StaleGuard {
-    pub(super) comparison_operators: bool,
+    pub(super) engine: Config,
 }
 
 impl StaleGuard {
-    /// The guard with the engine's switch for the `Lt`/`Gt` toleration operators.
-    pub fn new(comparison_operators: bool) -> StaleGuard {
-        StaleGuard {
-            comparison_operators,
-        }
+    /// The guard with the engine's switches (the `Lt`/`Gt` operators, restart-safe deadlines).
+    pub fn new(engine: Config) -> StaleGuard {
+        StaleGuard { engine }
     }
 
-    /// Whether the node as read fresh still justifies evicting a pod with these tolerations
-    /// now. Only `NoExecute` taints count; none at all justifies nothing. A node that no
-    /// longer matches the controller's node selector (`selected` false) justifies nothing
-    /// either: it is another shard's, whatever its taints (the fault soak found a leader whose
-    /// node watch was relisting after a kube-apiserver restart evict the pods of a node
-    /// relabelled out of its shard 4 s before, on a fresh read that showed the new label).
-    pub fn justifies(&self, selected: bool, taints: &[Taint], tolerations: &[Toleration]) -> bool {
+    /// Whether the node as read fresh at `now` still justifies evicting a pod with these
+    /// tolerations. Only `NoExecute` taints count; none at all justifies nothing. The eviction
+    /// is justified by a taint the pod does not tolerate (or tolerates for 0 s), or, with
+    /// deadlines from `timeAdded`, by a countdown that has run out (the fault soak found pods
+    /// bound just after their node's expired taint was removed, evicted on the stale cache).
+    /// A node that no longer matches the controller's node selector (`selected` false)
+    /// justifies nothing either: it is another shard's, whatever its taints (the soak found a
+    /// leader whose node watch was relisting evict the pods of a node relabelled out of its
+    /// shard, on a fresh read that showed the new label).
+    pub fn justifies(
+        &self,
+        selected: bool,
+        taints: &[Taint],
+        tolerations: &[Toleration],
+        now: Time,
+    ) -> bool {
         let no_execute: Vec<Taint> = taints
             .iter()
             .filter(|t| t.is_no_execute())
             .cloned()
             .collect();
-        selected
-            && !no_execute.is_empty()
-            && verdict(&no_execute, tolerations, self.comparison_operators).is_immediate()
+        if !selected || no_execute.is_empty() {
+            return false;
+        }
+        match verdict(&no_execute, tolerations, self.engine.comparison_operators) {
+            v if v.is_immediate() => true,
+            Verdict::Tolerated {
+                time: TolerationTime::After(d),
+                limit,
+            } => {
+                let taint = limit.and_then(|(t, _)| no_execute.get(t));
+                self.engine.deadline(now, d, taint) <= now
+            }
+            _ => false,
+        }
     }
 }
 
@@ -238,10 +258,37 @@ mod tests {
     /// eviction, unless the node is another shard's now (the soak's seed-3 finding).
     #[test]
     fn a_node_outside_the_selector_justifies_nothing() {
-        let guard = StaleGuard::new(false);
+        let guard = StaleGuard::new(Config::default());
         let taints = vec![Taint::no_execute("k", "v")];
-        assert!(guard.justifies(true, &taints, &[]));
-        assert!(!guard.justifies(false, &taints, &[]));
-        assert!(!guard.justifies(true, &[], &[]));
+        let now = Time::from_millis(0);
+        assert!(guard.justifies(true, &taints, &[], now));
+        assert!(!guard.justifies(false, &taints, &[], now));
+        assert!(!guard.justifies(true, &[], &[], now));
+    }
+
+    /// With deadlines from `timeAdded`, a countdown that ran out justifies the eviction as an
+    /// untolerated taint does, and one still running does not (the soak's second seed-3
+    /// finding). With upstream's deadlines a countdown starts at the decision: never due.
+    #[test]
+    fn a_countdown_run_out_from_time_added_justifies_the_eviction() {
+        let restart_safe = StaleGuard::new(Config {
+            deadline_from_time_added: true,
+            ..Config::default()
+        });
+        let upstream = StaleGuard::new(Config::default());
+        let now = Time::from_millis(60_000);
+        let taint = |added_ms| {
+            let mut t = Taint::no_execute("node.kubernetes.io/unreachable", "");
+            t.time_added = Some(Time::from_millis(added_ms));
+            vec![t]
+        };
+        let tolerates_5s =
+            [Toleration::exists("node.kubernetes.io/unreachable", None).for_seconds(5)];
+        assert!(restart_safe.justifies(true, &taint(50_000), &tolerates_5s, now));
+        assert!(restart_safe.justifies(true, &taint(55_000), &tolerates_5s, now));
+        assert!(!restart_safe.justifies(true, &taint(56_000), &tolerates_5s, now));
+        assert!(!upstream.justifies(true, &taint(50_000), &tolerates_5s, now));
+        // Another shard's node justifies nothing, countdown or not.
+        assert!(!restart_safe.justifies(false, &taint(50_000), &tolerates_5s, now));
     }
 }

@@ -82,7 +82,7 @@ pub struct PipelineConfig {
     pub pdb_timeout: Option<Duration>,
     /// Decide and report, but change nothing.
     pub dry_run: bool,
-    /// Re-read the node before an immediate eviction that a pod event triggered.
+    /// Re-read the node before an eviction a pod event decided was due at once.
     pub stale_cache_guard: bool,
     pub backoff: Backoff,
     /// Seed of the jitter generator (the live controller seeds it randomly).
@@ -1100,9 +1100,12 @@ impl Pipeline {
                 } => {
                     let id = *eviction;
                     let event = action.upstream_event();
+                    // Due at once on a pod event: a taint the pod does not tolerate, or a
+                    // countdown from `timeAdded` that had already run out.
                     let guarded = guarded
                         && !retry
-                        && cause.as_ref().is_some_and(|c| c.verdict.is_immediate());
+                        && (*deadline <= now
+                            || cause.as_ref().is_some_and(|c| c.verdict.is_immediate()));
                     match self.entries.get_mut(&id) {
                         // A retry of an eviction already tracked.
                         Some(e) => e.retry = true,
@@ -1301,9 +1304,8 @@ impl Pipeline {
             return Plan::PatchThenDelete;
         };
         let evict_api = self.config.mode == EvictionMode::Evict;
-        let guard = (self.config.stale_cache_guard && entry.guarded).then_some(StaleGuard {
-            comparison_operators: self.config.engine.comparison_operators,
-        });
+        let guard = (self.config.stale_cache_guard && entry.guarded)
+            .then_some(StaleGuard::new(self.config.engine));
         let fallback = evict_api
             && match (self.config.pdb_timeout, entry.refused_since) {
                 (Some(limit), Some(since)) => now.since(since) >= limit,

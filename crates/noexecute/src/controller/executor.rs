@@ -540,7 +540,9 @@ impl Executor {
                 .filter(|(at, _, _)| at.elapsed() < self.config.node_read_ttl)
                 .map(|(_, selected, t)| (*selected, t.clone()))
         });
-        if cached.is_some_and(|(selected, taints)| guard.justifies(selected, &taints, &tolerations))
+        let now = self.clock.now();
+        if cached
+            .is_some_and(|(selected, taints)| guard.justifies(selected, &taints, &tolerations, now))
         {
             return Ok(true);
         }
@@ -567,7 +569,7 @@ impl Executor {
             .iter()
             .map(crate::adapters::convert::taint)
             .collect();
-        let justified = guard.justifies(selected, &taints, &tolerations);
+        let justified = guard.justifies(selected, &taints, &tolerations, self.clock.now());
         if let Ok(mut c) = self.node_reads.lock() {
             if c.len() > 10_000 {
                 c.clear();
