@@ -852,7 +852,7 @@ async fn churn(shared: Arc<Shared>, seed: u64, max_pods: usize) {
         let roll = rng.random_range(0..100u32);
         match roll {
             0..=34 => {
-                let n = rng.random_range(1..6u32);
+                let n = rng.random_range(2..8u32);
                 for _ in 0..n {
                     let r = create_pod(&shared, &mut rng, &nodes).await;
                     shared.counted("pod-create", r).await;

@@ -291,7 +291,7 @@ impl Pipeline {
         let mut pacer = Pacer::new(config.pace);
         pacer.set_release_all(config.release_brake);
         Pipeline {
-            engine: Engine::new(config.engine.clone()),
+            engine: Engine::new(config.engine),
             pacer,
             entries: HashMap::new(),
             parked: BTreeSet::new(),

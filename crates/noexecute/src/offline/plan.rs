@@ -166,7 +166,7 @@ pub fn run(
     // of when the running controller started counting.
     config.deadline_from_time_added = true;
     let mut pipeline_config = policy.pipeline_config(comparison_operators, usize::MAX, 0);
-    pipeline_config.engine = config.clone();
+    pipeline_config.engine = config;
     // As the live controller: nothing starts before the whole state is known (so the brake
     // sees every node), then this "replica" leads.
     let mut pipeline = Pipeline::new(pipeline_config);

@@ -144,7 +144,7 @@ pub fn run(scenario: Scenario, opts: Options) -> Timeline {
 /// returned has no entries.
 pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> Timeline {
     let mut config = opts.policy.pipeline_config(false, usize::MAX, 0);
-    config.engine = opts.config.clone();
+    config.engine = opts.config;
     let mut sim = Sim {
         pipeline: Pipeline::acting(config),
         now: Time::from_millis(0),
