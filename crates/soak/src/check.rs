@@ -190,7 +190,11 @@ pub fn check(h: &History, cfg: &Config) -> Report {
     report.terms = terms.len();
     let unavailable = unavailable(h, cfg);
     let brake = brake_intervals(h, cfg);
-    let seconds = |v: &[(Micros, Micros)]| v.iter().map(|(a, b)| (b - a) as f64 / 1e6).sum();
+    // (An empty sum of f64 is -0.0; from 0.0 it prints as 0.)
+    let seconds = |v: &[(Micros, Micros)]| {
+        v.iter()
+            .fold(0.0, |total, (a, b)| total + (b - a) as f64 / 1e6)
+    };
     report.brake_holds = brake.len();
     report.brake_held_s = seconds(&brake);
     report.unavailable_s = seconds(&merge(unavailable.clone()));
