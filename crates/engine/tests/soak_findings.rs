@@ -2,7 +2,9 @@
 //! scenario on a virtual clock. Every test here failed before its fix.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use noexecute_engine::pipeline::{Attempt, Effect as Fx, Pipeline, PipelineConfig};
+use noexecute_engine::pipeline::{
+    Attempt, DEPARTED_MS, Effect as Fx, ForeignSign, Pipeline, PipelineConfig, SignKind,
+};
 use noexecute_engine::{Config, NodeObservation, PodObservation, Taint, Time, Toleration};
 
 fn t(ms: i64) -> Time {
@@ -75,4 +77,56 @@ fn a_pod_event_on_a_countdown_already_run_out_reads_the_node_first() {
         fired[0].guard().is_none(),
         "a timer's eviction is not re-read"
     );
+}
+
+/// CI, the real-API test `upstreams_evictions_are_noticed_within_seconds_and_refused` (both
+/// controllers racing on the same pods, the machine loaded): upstream's "Marking for deletion"
+/// Event about a pod reached the watch after the pod's deletion had. The guard dropped it, for
+/// the pod was unknown by then, and upstream's marks on pods this replica had started evicting
+/// too are rightly ambiguous; so upstream went unnoticed. A deleted pod is now remembered for
+/// [`DEPARTED_MS`]; a sign about it later than that is not counted (the negative control).
+#[test]
+fn a_foreign_event_that_arrives_after_the_deletion_it_announced_is_counted() {
+    let mut p = Pipeline::acting(PipelineConfig::default());
+    p.upsert_node(
+        &NodeObservation {
+            name: "n".into(),
+            taints: vec![Taint::no_execute("k", "v")],
+        },
+        false,
+        t(0),
+    );
+    for name in ["raced", "old"] {
+        p.upsert_pod(PodObservation::new("ns", name, name, Some("n")), t(1_000));
+    }
+    // Both evictions start here: the pods are ours as well as upstream's.
+    assert_eq!(starts(&mut p).len(), 2);
+    let sign = |name: &str, at: i64| ForeignSign {
+        namespace: "ns".into(),
+        name: name.into(),
+        kind: SignKind::Announcement,
+        at: t(at),
+        lease: None,
+        writer: "taint-eviction-controller".into(),
+    };
+    let foreign = |p: &mut Pipeline| {
+        std::iter::from_fn(|| p.poll_effect())
+            .filter(|e| matches!(e, Fx::Foreign { .. }))
+            .count()
+    };
+    // "old" is deleted, and its Event comes after the window: not counted.
+    p.delete_pod("ns", "old", None, t(2_000));
+    p.foreign_sign(sign("old", 2_000), t(2_000 + DEPARTED_MS));
+    assert_eq!(foreign(&mut p), 0, "a sign about a pod long gone");
+    // "raced" is deleted by upstream; its Event arrives 3 s after the deletion.
+    p.delete_pod("ns", "raced", None, t(40_000));
+    p.foreign_sign(sign("raced", 39_900), t(43_000));
+    assert_eq!(foreign(&mut p), 1, "upstream's late Event went unnoticed");
+    // Counted once.
+    p.foreign_sign(sign("raced", 39_900), t(43_500));
+    assert_eq!(foreign(&mut p), 0);
+    // The memory is bounded in time.
+    p.tick(t(100_000));
+    p.foreign_sign(sign("unknown", 100_000), t(100_000));
+    assert_eq!(p.guard_memory(), 0);
 }

@@ -12,10 +12,18 @@
 //! seconds, hence a short handover allowance). The pipeline feeds it and turns its findings
 //! into [`super::Effect::Foreign`] (and, with `refuse_if_foreign`, stops acting).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::observe::Uid;
 use crate::time::Time;
+
+/// How long a deleted pod is remembered for signs that reach us after its deletion: under
+/// load, another controller's "Marking for deletion" Event can arrive after the pod watch
+/// delivered the deletion it announced.
+pub const DEPARTED_MS: i64 = 30_000;
+
+/// At most this many deleted pods are remembered (the oldest go first).
+pub const DEPARTED_MAX: usize = 10_000;
 
 /// Signs dated within this of our term's start are a predecessor's: the condition's
 /// `lastTransitionTime` has whole seconds, and two replicas' clocks differ a little.
@@ -56,12 +64,26 @@ pub(super) enum Finding {
     First,
 }
 
+/// A pod the watch saw deleted, as the guard remembers it for [`DEPARTED_MS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Departed {
+    pub(super) uid: Uid,
+    /// Whether it was on a node with `NoExecute` taints when it was deleted.
+    pub(super) watched: bool,
+    /// Which departure made this entry (a name can go twice within the window).
+    seq: u64,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Guard {
     /// Pods this replica has started evicting (by UID), until they are gone.
     ours: HashSet<Uid>,
     /// Pods already judged.
     seen: HashSet<Uid>,
+    /// Pods deleted lately, by namespace and name, and the order they went in.
+    departed: HashMap<(String, String), Departed>,
+    departures: VecDeque<(Time, u64, (String, String))>,
+    next_departure: u64,
     /// Since when this replica's term runs (`None`: standing by).
     leading_since: Option<Time>,
     warned: bool,
@@ -87,9 +109,72 @@ impl Guard {
         self.seen.remove(uid);
     }
 
+    /// The watch saw the pod deleted: remember it for late signs, then forget it.
+    pub(super) fn departed(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        uid: Uid,
+        watched: bool,
+        now: Time,
+    ) {
+        self.expire(now);
+        let key = (namespace.to_string(), name.to_string());
+        let seq = self.next_departure;
+        self.next_departure += 1;
+        if let Some(old) = self
+            .departed
+            .insert(key.clone(), Departed { uid, watched, seq })
+        {
+            // The same name went twice within the window: the older pod is forgotten now.
+            self.ours.remove(&old.uid);
+            self.seen.remove(&old.uid);
+        }
+        self.departures.push_back((now, seq, key));
+        while self.departures.len() > DEPARTED_MAX {
+            self.drop_oldest();
+        }
+    }
+
+    /// A pod deleted lately under this name, if any.
+    pub(super) fn departed_pod(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        now: Time,
+    ) -> Option<Departed> {
+        self.expire(now);
+        self.departed
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn expire(&mut self, now: Time) {
+        while self
+            .departures
+            .front()
+            .is_some_and(|(at, _, _)| now.as_millis() >= at.as_millis().saturating_add(DEPARTED_MS))
+        {
+            self.drop_oldest();
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        let Some((_, seq, key)) = self.departures.pop_front() else {
+            return;
+        };
+        // Only the entry this departure made: a later one under the same name stays.
+        if self.departed.get(&key).is_some_and(|d| d.seq == seq)
+            && let Some(d) = self.departed.remove(&key)
+        {
+            self.ours.remove(&d.uid);
+            self.seen.remove(&d.uid);
+        }
+    }
+
     /// Pods remembered (for the footprint).
     pub(super) fn len(&self) -> usize {
-        self.ours.len() + self.seen.len()
+        self.ours.len() + self.seen.len() + self.departed.len()
     }
 
     /// Judge a sign about the pod `uid`, made at `at`, from someone other than our Lease. A

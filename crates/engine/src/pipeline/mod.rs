@@ -56,7 +56,7 @@ pub use attempt::{
     Plan, StaleGuard,
 };
 pub use countdown::{Countdown, Countdowns, Held};
-pub use foreign::{ForeignSign, HANDOVER_MS, SignKind};
+pub use foreign::{DEPARTED_MS, ForeignSign, HANDOVER_MS, SignKind};
 
 use crate::action::{Action, Cause, PodRef, SkipReason, UpstreamEvent};
 use crate::engine::{Config, Engine, PodView, Stage};
@@ -660,8 +660,15 @@ impl Pipeline {
         if let Some(view) = self.engine.pod_view(namespace, name)
             && uid.is_none_or(|u| *u == view.pod.uid)
         {
+            // Remembered a while: another controller's Event announcing this deletion can
+            // reach us after the pod watch delivered it.
+            let watched = view
+                .pod
+                .node
+                .as_deref()
+                .is_some_and(|n| self.engine.node_taints(n).is_some());
             let uid = view.pod.uid.clone();
-            self.guard.forget(&uid);
+            self.guard.departed(namespace, name, uid, watched, now);
         }
         self.engine
             .delete_pod(namespace, name, uid, now, &mut self.actions);
@@ -725,25 +732,31 @@ impl Pipeline {
     }
 
     /// Someone evicts a pod for a taint: judge whether it is another controller, and with
-    /// `refuse_if_foreign` stop acting if it is. Signs naming our Lease, about pods unknown or
-    /// on nodes without `NoExecute` taints, or from before our term are not counted.
+    /// `refuse_if_foreign` stop acting if it is. Signs naming our Lease, about pods unknown (or
+    /// deleted more than [`DEPARTED_MS`] ago) or on nodes without `NoExecute` taints,
+    /// or from before our term are not counted.
     pub fn foreign_sign(&mut self, sign: ForeignSign, now: Time) {
         self.begin(now);
         if sign.lease.is_some() && sign.lease == self.config.lease {
             return;
         }
-        let Some(view) = self.engine.pod_view(&sign.namespace, &sign.name) else {
-            return;
+        let (uid, watched) = match self.engine.pod_view(&sign.namespace, &sign.name) {
+            Some(view) => (
+                view.pod.uid.clone(),
+                view.pod
+                    .node
+                    .as_deref()
+                    .is_some_and(|n| self.engine.node_taints(n).is_some()),
+            ),
+            // Deleted lately: the sign may announce that very deletion.
+            None => match self.guard.departed_pod(&sign.namespace, &sign.name, now) {
+                Some(d) => (d.uid, d.watched),
+                None => return,
+            },
         };
-        let watched = view
-            .pod
-            .node
-            .as_deref()
-            .is_some_and(|n| self.engine.node_taints(n).is_some());
         if !watched {
             return;
         }
-        let uid = view.pod.uid.clone();
         let finding = self.guard.judge(&uid, sign.kind, sign.at);
         if finding == Finding::None {
             return;
