@@ -12,7 +12,8 @@
 //! - **unfenced**: a write by a replica that arrived after another replica's first write in a
 //!   newer term (terms are the Lease's holders, in order);
 //! - **brake**: an eviction started (the first write for a pod) while the brake held over the
-//!   whole slack before it;
+//!   whole slack before it (and, if a fault held up the writer's view, since the slack before
+//!   that fault began);
 //! - **rate**: more eviction starts in some window than the configured rate and burst allow;
 //! - **excluded**: a write to a pod the exclusions protect.
 
@@ -407,11 +408,9 @@ pub fn check(h: &History, cfg: &Config) -> Report {
 
     // Policies: the brake and the rate limit, over eviction starts.
     let starts = starts(h);
-    for &(t, i, _) in &starts {
-        if brake
-            .iter()
-            .any(|&(a, b)| a <= t - cfg.slack_ms * 1000 && t <= b)
-        {
+    for &(t, i, replica) in &starts {
+        let seen = view_since(h, cfg, replica, t);
+        if brake.iter().any(|&(a, b)| a <= seen && t <= b) {
             let pod = &h.pods[i];
             report.violations.push(Violation {
                 kind: Kind::Brake,
@@ -790,6 +789,39 @@ pub fn fault_windows(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
             }
         })
         .collect()
+}
+
+/// The oldest moment whose nodes `replica` may still have been acting on at `t`: `slack`
+/// before it; or, while a fault held up what that replica sees (it was frozen, its
+/// connection cut, delayed, slowed or reset, the plane restarting) and `recovery` after, `slack`
+/// before the fault began. A watch delivers what it buffered when the fault ends, so a policy
+/// over every node (the brake) binds a replica only from what it could have seen.
+fn view_since(h: &History, cfg: &Config, replica: &str, t: Micros) -> Micros {
+    let slack = cfg.slack_ms * 1000;
+    let recovery = cfg.recovery_ms * 1000;
+    let mine = |target: &str| {
+        replica
+            .strip_prefix(target)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '-']))
+    };
+    cfg.faults
+        .iter()
+        .filter_map(|f| {
+            let until = match f.kind.as_str() {
+                "freeze" if mine(&f.target) => f.end + recovery,
+                k if k.starts_with("proxy-") && mine(&f.target) => f.end + recovery,
+                "apiserver-restart" | "etcd-restart" => {
+                    let i = h.served.partition_point(|&s| s < f.end);
+                    h.served.get(i).copied().unwrap_or(f.end).max(f.end) + recovery
+                }
+                _ => return None,
+            };
+            (f.start <= t && t <= until).then_some(f.start)
+        })
+        .min()
+        .unwrap_or(t)
+        .min(t)
+        - slack
 }
 
 /// When the brake held, by the checker's own count of watched nodes and tainted ones.

@@ -329,6 +329,42 @@ fn a_start_under_the_brake_is_found() {
 }
 
 #[test]
+fn a_stale_view_excuses_a_start_under_the_brake_only_when_the_fault_hid_its_onset() {
+    use noexecute_soak::faults::Fault;
+    // The brake holds from 10 s to 30 s; a starts p2 at 20.3 s.
+    let fault = |kind: &str, target: &str, from: i64, to: i64| Fault {
+        kind: kind.into(),
+        target: target.into(),
+        start: 1_800_000_000 * S + from * S,
+        end: 1_800_000_000 * S + to * S,
+        disruptive: false,
+    };
+    let mut cfg = config();
+    cfg.brake = Some((40.0, 1));
+    // a's connection delayed from 9 s to 18 s (and 5 s of recovery): what a saw at 20.3 s
+    // may date from before the brake: excused.
+    cfg.faults = vec![fault("proxy-latency", "a", 9, 18)];
+    assert_eq!(judge(&baseline(), &cfg).total(), 0);
+    cfg.faults = vec![fault("freeze", "a", 9, 18)];
+    assert_eq!(judge(&baseline(), &cfg).total(), 0);
+    // The plane restarting hides it from every replica.
+    cfg.faults = vec![fault("apiserver-restart", "plane", 9, 18)];
+    assert_eq!(judge(&baseline(), &cfg).total(), 0);
+    // b's connection: a saw the brake.
+    cfg.faults = vec![fault("proxy-latency", "b", 9, 18)];
+    only(&judge(&baseline(), &cfg), Kind::Brake, 1);
+    // Over and recovered before the start.
+    cfg.faults = vec![fault("proxy-latency", "a", 9, 15)];
+    only(&judge(&baseline(), &cfg), Kind::Brake, 1);
+    // Begun after a had seen the brake for longer than the slack.
+    cfg.faults = vec![fault("proxy-latency", "a", 16, 22)];
+    only(&judge(&baseline(), &cfg), Kind::Brake, 1);
+    // A Lease fault hides nothing.
+    cfg.faults = vec![fault("lease-edit", "noexecute", 9, 18)];
+    only(&judge(&baseline(), &cfg), Kind::Brake, 1);
+}
+
+#[test]
 fn a_rate_limit_breach_is_found() {
     let mut cfg = config();
     cfg.eviction_rate = Some((0.01, 1.0));
