@@ -144,13 +144,6 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if $le.leaseNamespace }}
 - --leader-elect-namespace={{ $le.leaseNamespace }}
 {{- end }}
-{{- /*
-  ---------------------------------------------------------------------------------------
-  FLAGS ADDED WITH ISSUE 14 (secured admin server, second-controller guard). Their names
-  were written before the binary had them: if `noexecute run --help` spells one
-  differently, fix it here (tests/chart.rs checks every rendered flag against --help).
-  ---------------------------------------------------------------------------------------
-*/}}
 {{- if .Values.adminServer.insecure }}
 - --admin-insecure
 {{- else if .Values.adminServer.tls.secretName }}
@@ -160,16 +153,49 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if $c.refuseIfForeign }}
 - --refuse-if-foreign
 {{- end }}
-{{- /* ------------------------------------------------------------------------------- */}}
 {{- range $c.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* A duration as the binary's flags take it (15s, 1m30s, 500ms, 1.5s, or bare seconds), in
+milliseconds. */}}
+{{- define "noexecute.durationMs" -}}
+{{- $d := toString . -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $d -}}
+{{- mulf (float64 $d) 1000 | int64 -}}
+{{- else -}}
+{{- $units := dict "h" 3600000.0 "m" 60000.0 "s" 1000.0 "ms" 1.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(h|ms|m|s)" $d -1 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 -}}
+{{- $unit := regexReplaceAll "^[0-9]+(\\.[0-9]+)?" . "" -}}
+{{- $total = addf $total (mulf $number (get $units $unit)) -}}
+{{- end -}}
+{{- $total | int64 -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Checks of combinations that would make two replicas act at once, or cannot work. */}}
 {{- define "noexecute.validate" -}}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
 {{- fail "leaderElection.enabled=false needs replicaCount 1: every replica would act" -}}
+{{- end -}}
+{{- $le := .Values.leaderElection -}}
+{{- if $le.enabled -}}
+{{- $lease := include "noexecute.durationMs" $le.leaseDuration | int64 -}}
+{{- $renew := include "noexecute.durationMs" $le.renewDeadline | int64 -}}
+{{- $retry := include "noexecute.durationMs" $le.retryPeriod | int64 -}}
+{{- /* The binary's own checks (noexecute run exits on them, and the pods would crash-loop). */ -}}
+{{- if le $lease $renew -}}
+{{- fail (printf "leaderElection.leaseDuration (%v) must be longer than leaderElection.renewDeadline (%v)" $le.leaseDuration $le.renewDeadline) -}}
+{{- end -}}
+{{- if le $renew $retry -}}
+{{- fail (printf "leaderElection.renewDeadline (%v) must be longer than leaderElection.retryPeriod (%v)" $le.renewDeadline $le.retryPeriod) -}}
+{{- end -}}
+{{- if lt (sub $lease $renew) 1500 -}}
+{{- fail (printf "leaderElection.leaseDuration (%v) must exceed leaderElection.renewDeadline (%v) by at least 1.5s: every request is bounded by the gap less 0.5s" $le.leaseDuration $le.renewDeadline) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.adminServer.insecure .Values.adminServer.tls.secretName -}}
 {{- fail "adminServer.insecure serves plain HTTP: unset adminServer.tls.secretName, or insecure" -}}
