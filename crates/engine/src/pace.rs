@@ -307,6 +307,12 @@ impl<T> Pacer<T> {
 
     /// A queue with nothing held and a full bucket carries no information: forget it.
     fn drop_queue_if_idle(&mut self, key: &Key) {
+        self.drop_queue_if_idle_at(key, Time::MIN);
+    }
+
+    /// As [`Pacer::drop_queue_if_idle`], looked at no earlier than `now`: the queue is looked
+    /// at again a millisecond later at least, so a bucket short by a rounding cannot keep it.
+    fn drop_queue_if_idle_at(&mut self, key: &Key, now: Time) {
         let Some(queue) = self.queues.get(key) else {
             return;
         };
@@ -321,7 +327,8 @@ impl<T> Pacer<T> {
                 let full_at = Time::from_millis(
                     b.at.as_millis()
                         .saturating_add(ms.min(i64::MAX as f64) as i64),
-                );
+                )
+                .max(Time::from_millis(now.as_millis().saturating_add(1)));
                 self.idle.insert((full_at, key.clone()));
             }
             _ => {
@@ -412,30 +419,9 @@ impl<T> Pacer<T> {
     /// any more. (Also while nothing may start, so a replica that stopped acting holds nothing
     /// for nodes whose evictions are all gone.)
     pub fn tidy(&mut self, now: Time) {
-        while let Some((at, key)) = self.idle.first().cloned() {
-            if at > now {
-                break;
-            }
-            self.idle.pop_first();
-            // The queue may have been used again since this entry was made: only a queue
-            // that is still empty with a full bucket goes.
-            let full = |q: &NodeQueue| match (&q.bucket, &self.config.node_rate) {
-                (Some(b), Some(rate)) => {
-                    let mut b = *b;
-                    b.refill(rate, now);
-                    b.tokens >= f64::from(rate.burst.max(1))
-                }
-                _ => true,
-            };
-            let idle = self
-                .queues
-                .get(&key)
-                .is_some_and(|q| q.items.is_empty() && full(q));
-            if idle && !self.cooling_at.contains_key(&key) {
-                self.queues.remove(&key);
-            }
-        }
-        // Nodes whose bucket refilled go back to the ready set.
+        // Nodes whose bucket refilled go back to the ready set. Cooling first: a node whose
+        // cooling ends with an empty queue is then looked at as idle in the same call, not
+        // left for the next.
         while let Some((at, key)) = self.cooling.first().cloned() {
             if at > now {
                 break;
@@ -446,6 +432,30 @@ impl<T> Pacer<T> {
             if self.queues.get(&key).is_some_and(|q| q.items.is_empty()) {
                 self.drop_queue_if_idle(&key);
             }
+        }
+        while let Some((at, key)) = self.idle.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.idle.pop_first();
+            // The queue may have been used again since this entry was made: only a queue
+            // that is still empty goes, once its bucket is full. One whose bucket is not full
+            // yet (used again, or short by a rounding) is looked at again when it will be;
+            // a cooling one when its cooling ends.
+            if self.cooling_at.contains_key(&key) {
+                continue;
+            }
+            let rate = self.config.node_rate;
+            let Some(queue) = self.queues.get_mut(&key) else {
+                continue;
+            };
+            if !queue.items.is_empty() {
+                continue;
+            }
+            if let (Some(b), Some(rate)) = (queue.bucket.as_mut(), rate.as_ref()) {
+                b.refill(rate, now);
+            }
+            self.drop_queue_if_idle_at(&key, now);
         }
     }
 

@@ -423,6 +423,8 @@ fn the_guard_forgets_pods_a_relist_removed() {
     p.listing_started(Watched::Pods);
     p.listing_done(Watched::Pods, t(3));
     drain(&mut p);
+    // Remembered like a deletion, for late signs, and no longer.
+    p.tick(t(3 + noexecute_engine::pipeline::DEPARTED_MS));
     assert_eq!(
         p.guard_memory(),
         0,

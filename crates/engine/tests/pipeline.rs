@@ -1389,3 +1389,61 @@ fn a_flapping_node_does_not_grow_the_queue_while_the_executor_is_busy() {
         "footprint grew to {most} with one pending eviction"
     );
 }
+
+/// Found by `pipeline_keeps_its_guarantees` (its minimal case, 1 run in about 40): a replica
+/// that refuses after another controller's sign, with a per-node rate limit, kept one empty
+/// node queue after everything was deleted. Tidying looked at idle queues before cooling ones,
+/// so a node whose cooling ended in that call was only forgotten at the next.
+#[test]
+fn a_refusing_replica_keeps_nothing_after_everything_is_deleted() {
+    let setup = Setup {
+        concurrency: 1,
+        rate: false,
+        node_rate: true,
+        brake: false,
+        evict: false,
+        guard: false,
+        seed: 0,
+        slow_executor: false,
+        rare_quiesce: false,
+        tick_batch: 1,
+        refuse: true,
+    };
+    let node = Op::Node {
+        node: 0,
+        taints: 1,
+        released: false,
+    };
+    let pod = |renew| Op::Pod {
+        pod: 0,
+        renew,
+        node: Some(0),
+        tolerations: vec![],
+        terminating: false,
+    };
+    let ops = vec![
+        Op::Quiesce {
+            fail: false,
+            delete: false,
+            lead_after: false,
+            odds: 0,
+        },
+        node.clone(),
+        Op::Term { ms: 3389 },
+        Op::Advance { ms: 951 },
+        node.clone(),
+        node,
+        Op::Advance { ms: 2262 },
+        pod(false),
+        pod(true),
+        Op::Sign {
+            pod: 0,
+            ours: false,
+            mark: false,
+            ago_ms: 0,
+        },
+    ];
+    if let Err(e) = run_case(&setup, &ops) {
+        panic!("{e}");
+    }
+}

@@ -99,6 +99,12 @@ fn a_foreign_event_that_arrives_after_the_deletion_it_announced_is_counted() {
     for name in ["raced", "old"] {
         p.upsert_pod(PodObservation::new("ns", name, name, Some("n")), t(1_000));
     }
+    // Tolerated for ever: never ours.
+    p.upsert_pod(
+        PodObservation::new("ns", "again", "again", Some("n"))
+            .with_tolerations(vec![Toleration::exists("k", None)]),
+        t(1_000),
+    );
     // Both evictions start here: the pods are ours as well as upstream's.
     assert_eq!(starts(&mut p).len(), 2);
     let sign = |name: &str, at: i64| ForeignSign {
@@ -125,8 +131,18 @@ fn a_foreign_event_that_arrives_after_the_deletion_it_announced_is_counted() {
     // Counted once.
     p.foreign_sign(sign("raced", 39_900), t(43_500));
     assert_eq!(foreign(&mut p), 0);
-    // The memory is bounded in time.
+    // A mark about a pod the watch does not show is not judged on a deleted namesake.
+    p.delete_pod("ns", "again", None, t(44_000));
+    p.foreign_sign(
+        ForeignSign {
+            kind: SignKind::Mark,
+            ..sign("again", 44_000)
+        },
+        t(44_000),
+    );
+    assert_eq!(foreign(&mut p), 0, "a mark judged on the deleted pod");
+    // The memory is bounded in time: a tick forgets it.
+    assert!(p.guard_memory() > 0);
     p.tick(t(100_000));
-    p.foreign_sign(sign("unknown", 100_000), t(100_000));
     assert_eq!(p.guard_memory(), 0);
 }

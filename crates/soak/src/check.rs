@@ -12,8 +12,8 @@
 //! - **unfenced**: a write by a replica that arrived after another replica's first write in a
 //!   newer term (terms are the Lease's holders, in order);
 //! - **brake**: an eviction started (the first write for a pod) while the brake held over the
-//!   whole slack before it (and, if a fault held up the writer's view, since the slack before
-//!   that fault began);
+//!   whole slack before it (and, if a fault held up the writer's view, over as long before as
+//!   the fault may have delayed it: `view_since`);
 //! - **rate**: more eviction starts in some window than the configured rate and burst allow;
 //! - **excluded**: a write to a pod the exclusions protect.
 
@@ -408,9 +408,12 @@ pub fn check(h: &History, cfg: &Config) -> Report {
 
     // Policies: the brake and the rate limit, over eviction starts.
     let starts = starts(h);
+    // The log stamps the node write that lets the brake go when its response completes, and
+    // watchers may see it up to `early` before: a start that close to the end is not judged.
+    let early = cfg.early_ms * 1000;
     for &(t, i, replica) in &starts {
         let seen = view_since(h, cfg, replica, t);
-        if brake.iter().any(|&(a, b)| a <= seen && t <= b) {
+        if brake.iter().any(|&(a, b)| a <= seen && t + early < b) {
             let pod = &h.pods[i];
             report.violations.push(Violation {
                 kind: Kind::Brake,
@@ -792,10 +795,12 @@ pub fn fault_windows(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
 }
 
 /// The oldest moment whose nodes `replica` may still have been acting on at `t`: `slack`
-/// before it; or, while a fault held up what that replica sees (it was frozen, its
-/// connection cut, delayed, slowed or reset, the plane restarting) and `recovery` after, `slack`
-/// before the fault began. A watch delivers what it buffered when the fault ends, so a policy
-/// over every node (the brake) binds a replica only from what it could have seen.
+/// before it. While a fault stopped what that replica sees (it was frozen, its connection cut
+/// or slowed to a trickle, the plane restarting) and `recovery` after, `slack` before the fault
+/// began: a watch delivers what it buffered only when the fault ends. While its connection was
+/// delayed or reset, events still came, late by at most `recovery` more (a delay is at most
+/// 2.5 s down and 1 s up; a reset costs a reconnect). A policy over every node (the brake)
+/// binds a replica only from what it could have seen.
 fn view_since(h: &History, cfg: &Config, replica: &str, t: Micros) -> Micros {
     let slack = cfg.slack_ms * 1000;
     let recovery = cfg.recovery_ms * 1000;
@@ -807,16 +812,21 @@ fn view_since(h: &History, cfg: &Config, replica: &str, t: Micros) -> Micros {
     cfg.faults
         .iter()
         .filter_map(|f| {
-            let until = match f.kind.as_str() {
-                "freeze" if mine(&f.target) => f.end + recovery,
-                k if k.starts_with("proxy-") && mine(&f.target) => f.end + recovery,
+            let (until, lagged) = match f.kind.as_str() {
+                "freeze" | "proxy-cut" | "proxy-slow" if mine(&f.target) => {
+                    (f.end + recovery, f.start)
+                }
+                "proxy-latency" | "proxy-reset" if mine(&f.target) => {
+                    (f.end + recovery, f.start.max(t - recovery))
+                }
                 "apiserver-restart" | "etcd-restart" => {
                     let i = h.served.partition_point(|&s| s < f.end);
-                    h.served.get(i).copied().unwrap_or(f.end).max(f.end) + recovery
+                    let back = h.served.get(i).copied().unwrap_or(f.end).max(f.end);
+                    (back + recovery, f.start)
                 }
                 _ => return None,
             };
-            (f.start <= t && t <= until).then_some(f.start)
+            (f.start <= t && t <= until).then_some(lagged)
         })
         .min()
         .unwrap_or(t)

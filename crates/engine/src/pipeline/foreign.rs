@@ -76,7 +76,8 @@ pub(super) struct Departed {
 
 #[derive(Debug, Default)]
 pub(super) struct Guard {
-    /// Pods this replica has started evicting (by UID), until they are gone.
+    /// Pods this replica has started evicting (by UID), until [`DEPARTED_MS`] after they are
+    /// gone.
     ours: HashSet<Uid>,
     /// Pods already judged.
     seen: HashSet<Uid>,
@@ -149,7 +150,8 @@ impl Guard {
             .cloned()
     }
 
-    fn expire(&mut self, now: Time) {
+    /// Forget the pods deleted [`DEPARTED_MS`] or more before `now`.
+    pub(super) fn expire(&mut self, now: Time) {
         while self
             .departures
             .front()

@@ -56,7 +56,7 @@ pub use attempt::{
     Plan, StaleGuard,
 };
 pub use countdown::{Countdown, Countdowns, Held};
-pub use foreign::{DEPARTED_MS, ForeignSign, HANDOVER_MS, SignKind};
+pub use foreign::{DEPARTED_MAX, DEPARTED_MS, ForeignSign, HANDOVER_MS, SignKind};
 
 use crate::action::{Action, Cause, PodRef, SkipReason, UpstreamEvent};
 use crate::engine::{Config, Engine, PodView, Stage};
@@ -470,8 +470,9 @@ impl Pipeline {
             + self.pods.seen.len()
     }
 
-    /// Pods the second-controller guard remembers (started by us, or already judged): at most
-    /// the pods known, and forgotten with them.
+    /// Pods the second-controller guard remembers (started by us, already judged, or deleted
+    /// lately): the pods known, and those deleted in the last [`DEPARTED_MS`] (at most
+    /// [`DEPARTED_MAX`]), forgotten at the next input or tick after that.
     pub fn guard_memory(&self) -> usize {
         self.guard.len()
     }
@@ -517,6 +518,7 @@ impl Pipeline {
     /// this batch's effects and ticks again.
     pub fn tick(&mut self, now: Time) {
         self.expire_term(now);
+        self.guard.expire(now);
         let batch = self.config.tick_batch.max(1);
         self.engine.advance_at_most(now, batch, &mut self.actions);
         self.absorb(now, false);
@@ -572,8 +574,9 @@ impl Pipeline {
                     })
                     .filter(|(ns, name, _)| !self.pods.seen.contains(&(ns.clone(), name.clone())))
                     .collect();
-                for (ns, name, uid) in &gone {
-                    self.guard.forget(uid);
+                for (ns, name, _) in &gone {
+                    // Deleted while the watch was down: remembered like any deletion.
+                    self.remember_departed(ns, name, now);
                     self.engine
                         .delete_pod(ns, name, None, now, &mut self.actions);
                     self.absorb(now, false);
@@ -657,23 +660,32 @@ impl Pipeline {
     /// A pod was deleted (with `uid`, only that incarnation).
     pub fn delete_pod(&mut self, namespace: &str, name: &str, uid: Option<&Uid>, now: Time) {
         self.begin(now);
-        if let Some(view) = self.engine.pod_view(namespace, name)
-            && uid.is_none_or(|u| *u == view.pod.uid)
+        if self
+            .engine
+            .pod_view(namespace, name)
+            .is_some_and(|view| uid.is_none_or(|u| *u == view.pod.uid))
         {
-            // Remembered a while: another controller's Event announcing this deletion can
-            // reach us after the pod watch delivered it.
-            let watched = view
-                .pod
-                .node
-                .as_deref()
-                .is_some_and(|n| self.engine.node_taints(n).is_some());
-            let uid = view.pod.uid.clone();
-            self.guard.departed(namespace, name, uid, watched, now);
+            self.remember_departed(namespace, name, now);
         }
         self.engine
             .delete_pod(namespace, name, uid, now, &mut self.actions);
         self.absorb(now, false);
         self.settle(now);
+    }
+
+    /// The pod is going: the second-controller guard remembers it a while, for another
+    /// controller's Event announcing this deletion can reach us after the pod watch did.
+    fn remember_departed(&mut self, namespace: &str, name: &str, now: Time) {
+        let Some(view) = self.engine.pod_view(namespace, name) else {
+            return;
+        };
+        let watched = view
+            .pod
+            .node
+            .as_deref()
+            .is_some_and(|n| self.engine.node_taints(n).is_some());
+        let uid = view.pod.uid.clone();
+        self.guard.departed(namespace, name, uid, watched, now);
     }
 
     /// Leadership as the lease has it: `Some(term)` while this replica leads. The same term
@@ -748,11 +760,15 @@ impl Pipeline {
                     .as_deref()
                     .is_some_and(|n| self.engine.node_taints(n).is_some()),
             ),
-            // Deleted lately: the sign may announce that very deletion.
-            None => match self.guard.departed_pod(&sign.namespace, &sign.name, now) {
-                Some(d) => (d.uid, d.watched),
-                None => return,
-            },
+            // Deleted lately: an Event may announce that very deletion. (A mark comes with a
+            // pod the watch shows; one not yet known is judged when it is upserted.)
+            None if sign.kind == SignKind::Announcement => {
+                match self.guard.departed_pod(&sign.namespace, &sign.name, now) {
+                    Some(d) => (d.uid, d.watched),
+                    None => return,
+                }
+            }
+            None => return,
         };
         if !watched {
             return;
@@ -842,6 +858,7 @@ impl Pipeline {
     /// (so no input overtakes a deadline).
     fn begin(&mut self, now: Time) {
         self.expire_term(now);
+        self.guard.expire(now);
         self.engine.advance(now, &mut self.actions);
         self.absorb(now, false);
     }
