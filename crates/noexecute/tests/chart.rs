@@ -354,3 +354,173 @@ fn every_rendering_and_plain_manifest_is_accepted_by_the_api_server() -> Result<
     }
     Ok(())
 }
+
+/// Lease timings the binary refuses (it exits, and the pods would crash-loop) fail to render,
+/// with the rule they break; timings it accepts render. The binary is asked directly: its
+/// flags are checked before it looks for a kubeconfig.
+#[test]
+fn lease_timings_the_binary_refuses_do_not_render() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let helm = helm(plane)?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let missing = scratch("lease-timings")?.join("no-kubeconfig");
+    let missing = format!("--kubeconfig={}", missing.display());
+    let cases = [
+        ("15s", "10s", "2s"),
+        ("10s", "10s", "2s"),
+        ("15s", "2s", "2s"),
+        ("11s", "10s", "2s"),
+        ("11.5s", "10s", "2s"),
+        ("1m", "30s", "500ms"),
+        ("1.5m", "1m30s", "2s"),
+        ("1m31s", "1m29.5s", "1s"),
+        ("20", "15", "2"),
+    ];
+    let mut refused = 0;
+    for (lease, renew, retry) in cases {
+        let flags = [
+            format!("--leader-elect-lease-duration={lease}"),
+            format!("--leader-elect-renew-deadline={renew}"),
+            format!("--leader-elect-retry-period={retry}"),
+        ];
+        let mut args = vec!["run", missing.as_str()];
+        args.extend(flags.iter().map(String::as_str));
+        let binary_refuses = match run(binary(), &args, &[]) {
+            Ok(out) => bail!("noexecute run {args:?} ran without a kubeconfig: {out}"),
+            Err(e) => {
+                let e = format!("{e:#}");
+                let refuses = e.contains("--leader-elect-lease-duration must")
+                    || e.contains("--leader-elect-renew-deadline must");
+                // Accepted: it went on to read the kubeconfig.
+                ensure!(
+                    refuses || e.contains("no-kubeconfig"),
+                    "noexecute run {args:?} failed on something else: {e}"
+                );
+                refuses
+            }
+        };
+        let set = format!(
+            "leaderElection.leaseDuration={lease},leaderElection.renewDeadline={renew},leaderElection.retryPeriod={retry}"
+        );
+        let rendered = run(
+            &helm,
+            &["template", "noexecute", &chart, "--set-string", &set],
+            &[],
+        );
+        match (binary_refuses, rendered) {
+            (false, Ok(_)) => {}
+            (true, Err(e)) => {
+                refused += 1;
+                let e = format!("{e:#}");
+                assert!(e.contains("leaderElection."), "{set}: {e}");
+            }
+            (true, Ok(_)) => bail!("{set}: the binary refuses it, and the chart renders it"),
+            (false, Err(e)) => bail!("{set}: the binary accepts it, and the chart fails: {e:#}"),
+        }
+    }
+    // Both kinds were tried.
+    assert!((1..cases.len()).contains(&refused), "{refused} refused");
+    Ok(())
+}
+
+/// A single replica must never block a drain of its node: the default budget allows one
+/// replica down, whatever `replicaCount`; `minAvailable` replaces it when set.
+#[test]
+fn the_disruption_budget_never_blocks_a_drain_of_a_single_replica() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let helm = helm(plane)?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let budget = |set: &str| -> Result<serde_yaml_ng::Value> {
+        let out = run(&helm, &["template", "noexecute", &chart, "--set", set], &[])?;
+        Ok(find(&documents(&out)?, "PodDisruptionBudget")?.clone())
+    };
+    let single = budget("replicaCount=1")?;
+    assert_eq!(
+        field(&single, &["spec", "maxUnavailable"]).and_then(|v| v.as_u64()),
+        Some(1),
+        "{single:?}"
+    );
+    assert!(field(&single, &["spec", "minAvailable"]).is_none());
+    let kept = budget("podDisruptionBudget.minAvailable=2")?;
+    assert_eq!(
+        field(&kept, &["spec", "minAvailable"]).and_then(|v| v.as_u64()),
+        Some(2)
+    );
+    assert!(field(&kept, &["spec", "maxUnavailable"]).is_none());
+    Ok(())
+}
+
+/// The PrometheusRule: alerts can be switched off one by one (a misspelt name fails the
+/// rendering), and `NoexecuteAbsent` looks for this release's job, not any noexecute at all.
+#[test]
+fn alerts_can_be_switched_off_and_absence_is_scoped_to_the_job() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let helm = helm(plane)?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let rule = |set: &str| -> Result<serde_yaml_ng::Value> {
+        let out = run(
+            &helm,
+            &[
+                "template",
+                "pool-a",
+                &chart,
+                "--set",
+                &format!("prometheusRule.enabled=true,{set}"),
+            ],
+            &[],
+        )?;
+        Ok(find(&documents(&out)?, "PrometheusRule")?.clone())
+    };
+    let alerts = |rule: &serde_yaml_ng::Value| -> Vec<(String, String)> {
+        field(rule, &["spec", "groups"])
+            .and_then(|g| g.as_sequence())
+            .into_iter()
+            .flatten()
+            .flat_map(|g| {
+                g.get("rules")
+                    .and_then(|r| r.as_sequence())
+                    .into_iter()
+                    .flatten()
+            })
+            .map(|r| {
+                (
+                    text(r, &["alert"]).to_string(),
+                    text(r, &["expr"]).to_string(),
+                )
+            })
+            .collect()
+    };
+    let all = alerts(&rule("prometheusRule.disabled=null")?);
+    let file = std::fs::read_to_string(repo_root().join("deploy/prometheus/rules.yaml"))?;
+    assert_eq!(all.len(), file.matches("- alert:").count(), "{all:?}");
+    let absent = all
+        .iter()
+        .find(|(name, _)| name == "NoexecuteAbsent")
+        .ok_or_else(|| anyhow!("no NoexecuteAbsent: {all:?}"))?;
+    assert_eq!(
+        absent.1,
+        r#"absent(noexecute_leader{namespace="default",job="pool-a-noexecute-metrics"})"#
+    );
+    let some = alerts(&rule(
+        "prometheusRule.disabled={NoexecuteEvictionsLate,NoexecuteStaleCacheGuardFiring},prometheusRule.job=mine",
+    )?);
+    assert_eq!(some.len(), all.len() - 2);
+    assert!(
+        !some
+            .iter()
+            .any(|(n, _)| n == "NoexecuteEvictionsLate" || n == "NoexecuteStaleCacheGuardFiring")
+    );
+    assert!(some.iter().any(|(_, e)| e.contains(r#"job="mine""#)));
+    let misspelt = rule("prometheusRule.disabled={NoexecuteEvictionLate}")
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(
+        misspelt.contains("no alert is named NoexecuteEvictionLate"),
+        "{misspelt}"
+    );
+    Ok(())
+}
