@@ -103,6 +103,18 @@ fn template(plane: &Plane, values: Option<&Path>) -> Result<String> {
     run(&helm(plane)?, &args, &[])
 }
 
+/// The one object of `kind` in `helm template RELEASE CHART --set SET`.
+fn rendered(plane: &Plane, release: &str, set: &str, kind: &str) -> Result<serde_yaml_ng::Value> {
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let out = run(
+        &helm(plane)?,
+        &["template", release, &chart, "--set", set],
+        &[],
+    )?;
+    Ok(find(&documents(&out)?, kind)?.clone())
+}
+
 /// The YAML documents of a stream (comment-only documents left out).
 fn documents(text: &str) -> Result<Vec<serde_yaml_ng::Value>> {
     let mut docs = Vec::new();
@@ -429,13 +441,7 @@ fn lease_timings_the_binary_refuses_do_not_render() -> Result<()> {
 #[test]
 fn the_disruption_budget_never_blocks_a_drain_of_a_single_replica() -> Result<()> {
     let plane = Plane::shared(PLANE, &[])?;
-    let helm = helm(plane)?;
-    let chart = chart();
-    let chart = chart.to_string_lossy();
-    let budget = |set: &str| -> Result<serde_yaml_ng::Value> {
-        let out = run(&helm, &["template", "noexecute", &chart, "--set", set], &[])?;
-        Ok(find(&documents(&out)?, "PodDisruptionBudget")?.clone())
-    };
+    let budget = |set: &str| rendered(plane, "noexecute", set, "PodDisruptionBudget");
     let single = budget("replicaCount=1")?;
     assert_eq!(
         field(&single, &["spec", "maxUnavailable"]).and_then(|v| v.as_u64()),
@@ -457,22 +463,13 @@ fn the_disruption_budget_never_blocks_a_drain_of_a_single_replica() -> Result<()
 #[test]
 fn alerts_can_be_switched_off_and_absence_is_scoped_to_the_job() -> Result<()> {
     let plane = Plane::shared(PLANE, &[])?;
-    let helm = helm(plane)?;
-    let chart = chart();
-    let chart = chart.to_string_lossy();
-    let rule = |set: &str| -> Result<serde_yaml_ng::Value> {
-        let out = run(
-            &helm,
-            &[
-                "template",
-                "pool-a",
-                &chart,
-                "--set",
-                &format!("prometheusRule.enabled=true,{set}"),
-            ],
-            &[],
-        )?;
-        Ok(find(&documents(&out)?, "PrometheusRule")?.clone())
+    let rule = |set: &str| {
+        rendered(
+            plane,
+            "pool-a",
+            &format!("prometheusRule.enabled=true,{set}"),
+            "PrometheusRule",
+        )
     };
     let alerts = |rule: &serde_yaml_ng::Value| -> Vec<(String, String)> {
         field(rule, &["spec", "groups"])
