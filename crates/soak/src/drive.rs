@@ -88,6 +88,11 @@ pub struct DriveArgs {
     /// Extra flags for every noexecute replica (word-split).
     #[arg(long, default_value = "")]
     pub controller_args: String,
+    /// noexecute's `--max-evictions-per-second` and `--eviction-burst` (the checker judges
+    /// the same). A low rate keeps evictions queued for longer, which is what the brake's
+    /// queue check guards.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(1..))]
+    pub eviction_rate: u32,
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -386,7 +391,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             deadline_from_time_added: true,
             node_selector: format!("!{UNMANAGED}"),
             exclude_namespaces: vec![EXCLUDED.into()],
-            eviction_rate: Some((25.0, 25.0)),
+            eviction_rate: Some((f64::from(args.eviction_rate), f64::from(args.eviction_rate))),
             qps: Some((20.0, 30.0, 3.0)),
             brake: Some((75.0, 4)),
             controller_args: args.controller_args.clone(),
@@ -454,9 +459,9 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             "--exclude-namespace".into(),
             EXCLUDED.into(),
             "--max-evictions-per-second".into(),
-            "25".into(),
+            args.eviction_rate.to_string(),
             "--eviction-burst".into(),
-            "25".into(),
+            args.eviction_rate.to_string(),
             "--brake-threshold".into(),
             "75".into(),
             "--brake-min-nodes".into(),
