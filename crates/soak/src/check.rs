@@ -315,10 +315,21 @@ pub fn check(h: &History, cfg: &Config) -> Report {
     }
     ready.sort();
     let mut queue = Queue::new(cfg);
-    for (ready_at, due, i, r) in ready {
+    let queued: Vec<Micros> = ready.iter().map(|&(at, ..)| queue.take(at)).collect();
+    // The order within a backlog is the controller's (deadline order, which with deadlines
+    // from timeAdded is not the order in which evictions became ready): an eviction may wait
+    // for any other of its backlog. So each may start as late as the backlog's last start.
+    // A backlog goes on while the next eviction is ready before the previous one started.
+    let mut backlog_end = queued.clone();
+    for k in (0..ready.len().saturating_sub(1)).rev() {
+        if ready[k + 1].0 <= queued[k] {
+            backlog_end[k] = backlog_end[k + 1];
+        }
+    }
+    for (k, (_, due, i, r)) in ready.into_iter().enumerate() {
         let pod = &h.pods[i];
         let run = &runs[i][r];
-        let start = queue.take(ready_at);
+        let start = backlog_end[k];
         let allowed = advance(start, cfg.slack_ms * 1000, &blocked);
         if allowed > h.end {
             continue; // the soak ended before the deadline plus its allowance

@@ -541,3 +541,36 @@ fn upstreams_writes_are_node_controllers_deletions_and_disruption_patches() {
     assert_eq!(r.evictions, 2);
     assert_eq!(r.total(), 0, "{r}");
 }
+
+/// Ten pods due at once on a node tainted at 50 s, under a limit of one eviction a second: the
+/// controller starts them in its own order (here the reverse of the checker's), one a second.
+fn backlog(last_at: f64) -> (Log, Config) {
+    let mut log = baseline();
+    log.node(1.0, "n3", &[]);
+    for k in 0..10 {
+        log.pod(2.0, "v", &format!("q{k}"), "n3", json!([]));
+    }
+    log.node(50.0, "n3", &[("k", 50.0)]);
+    for (n, k) in (0..10).rev().enumerate() {
+        let t = if k == 0 { last_at } else { 50.1 + n as f64 };
+        log.mark(t, "b", "v", &format!("q{k}"))
+            .delete(t + 0.01, "b", "v", &format!("q{k}"));
+    }
+    let mut cfg = config();
+    cfg.eviction_rate = Some((1.0, 1.0));
+    (log, cfg)
+}
+
+#[test]
+fn any_order_within_a_backlog_is_on_time_but_not_past_its_end() {
+    // q0 is ready first in the checker's order but started last, at the backlog's end.
+    let (log, cfg) = backlog(59.1);
+    let r = judge(&log, &cfg);
+    assert_eq!(r.total(), 0, "{r}");
+    assert_eq!(r.deadlines, 13, "{r}");
+    // Started 4.4 s after the backlog's last start (59 s) and past the 3 s slack: late.
+    let (log, cfg) = backlog(63.4);
+    let r = judge(&log, &cfg);
+    only(&r, Kind::Late, 1);
+    assert!(r.to_string().contains("first late: v/q0"), "{r}");
+}
