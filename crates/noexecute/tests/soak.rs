@@ -32,6 +32,7 @@ async fn a_short_soak_with_every_fault_has_no_violation() -> Result<()> {
         max_pods: 200,
         controller_args: String::new(),
         eviction_rate: 25,
+        pdb_timeout: None,
     };
     let code = drive(args).await.context("the soak did not run")?;
     let (report, text) = judge(&out, &plane.state_dir)?;

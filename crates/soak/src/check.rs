@@ -53,6 +53,12 @@ pub struct Config {
     pub faults: Vec<Fault>,
     /// After a fault of the plane or of the acting replica's connection: time to relist.
     pub recovery_ms: i64,
+    /// Eviction-API mode with `--pdb-timeout`: how long a refused eviction may wait before
+    /// the controller deletes the pod anyway. None: the controller deletes (no budgets).
+    pub pdb_timeout_ms: Option<i64>,
+    /// The longest wait between two attempts at a refused eviction (the retry backoff's cap,
+    /// with its jitter): the fallback DELETE comes at the first attempt after the timeout.
+    pub retry_cap_ms: i64,
 }
 
 impl Config {
@@ -73,6 +79,8 @@ impl Config {
             brake: None,
             faults: Vec::new(),
             recovery_ms: 5_000,
+            pdb_timeout_ms: None,
+            retry_cap_ms: 37_500,
         }
     }
 }
@@ -298,6 +306,22 @@ pub fn check(h: &History, cfg: &Config) -> Report {
                 .or_insert(w.received);
         }
     }
+    // Evictions a budget refused (the Eviction API's 429, or the 500, 403 and 409 noexecute
+    // also retries): by pod, the first refusal.
+    let mut refused_at: HashMap<usize, Micros> = HashMap::new();
+    if cfg.pdb_timeout_ms.is_some() {
+        for w in &h.writes {
+            if let Some(i) = w.pod
+                && w.kind == WriteKind::Evict
+                && matches!(w.code, 429 | 500 | 403 | 409)
+            {
+                refused_at
+                    .entry(i)
+                    .and_modify(|t| *t = (*t).min(w.received))
+                    .or_insert(w.received);
+            }
+        }
+    }
     let mut ready: Vec<(Micros, Micros, usize, usize)> = Vec::new();
     for (i, pod_runs) in runs.iter().enumerate() {
         if excluded(cfg, &h.pods[i]) {
@@ -330,7 +354,18 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         let pod = &h.pods[i];
         let run = &runs[i][r];
         let start = backlog_end[k];
-        let allowed = advance(start, cfg.slack_ms * 1000, &blocked);
+        let mut allowed = advance(start, cfg.slack_ms * 1000, &blocked);
+        // A budget refused it in time: it may wait out --pdb-timeout, then the next retry
+        // deletes it. A budget is a wait the operator asked for, not lateness.
+        if let (Some(timeout), Some(&refused)) = (cfg.pdb_timeout_ms, refused_at.get(&i))
+            && refused <= allowed
+        {
+            allowed = allowed.max(advance(
+                refused,
+                (timeout + cfg.retry_cap_ms + cfg.slack_ms) * 1000,
+                &blocked,
+            ));
+        }
         if allowed > h.end {
             continue; // the soak ended before the deadline plus its allowance
         }

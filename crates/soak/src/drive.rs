@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -93,6 +94,11 @@ pub struct DriveArgs {
     /// queue check guards.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(1..))]
     pub eviction_rate: u32,
+    /// noexecute evicts through the Eviction API (`--eviction-mode evict`) with this
+    /// `--pdb-timeout` (e.g. 10s), and each Deployment gets a PodDisruptionBudget that lets
+    /// one of its pods go at a time. Unset: DELETE, no budgets.
+    #[arg(long, value_parser = parse_duration)]
+    pub pdb_timeout: Option<Duration>,
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -137,6 +143,9 @@ pub struct SoakConfig {
     /// of them, so a report of a soak with any says so.
     #[serde(default)]
     pub controller_args: String,
+    /// Eviction-API mode: `--pdb-timeout` in milliseconds.
+    #[serde(default)]
+    pub pdb_timeout_ms: Option<i64>,
 }
 
 impl SoakConfig {
@@ -154,6 +163,7 @@ impl SoakConfig {
         cfg.qps = self.qps;
         cfg.brake = self.brake;
         cfg.faults = faults.to_vec();
+        cfg.pdb_timeout_ms = self.pdb_timeout_ms;
         Ok(cfg)
     }
 }
@@ -395,6 +405,9 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             qps: Some((20.0, 30.0, 3.0)),
             brake: Some((75.0, 4)),
             controller_args: args.controller_args.clone(),
+            pdb_timeout_ms: args
+                .pdb_timeout
+                .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
         },
         Controller::Upstream => SoakConfig {
             controller: "upstream".into(),
@@ -411,6 +424,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             qps: Some((20.0, 30.0, 4.0)),
             brake: None,
             controller_args: String::new(),
+            pdb_timeout_ms: None,
         },
     };
     std::fs::write(
@@ -418,7 +432,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
         serde_json::to_string_pretty(&soak)?,
     )?;
 
-    setup(&client, &plane).await?;
+    setup(&client, &plane, args.pdb_timeout.is_some()).await?;
 
     // Replicas behind their proxies.
     let mut toxi = None;
@@ -467,6 +481,14 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             "--brake-min-nodes".into(),
             "4".into(),
         ];
+        if let Some(timeout) = args.pdb_timeout {
+            replicas.args.extend([
+                "--eviction-mode".into(),
+                "evict".into(),
+                "--pdb-timeout".into(),
+                format!("{}ms", timeout.as_millis()),
+            ]);
+        }
         replicas
             .args
             .extend(args.controller_args.split_whitespace().map(str::to_string));
@@ -654,7 +676,7 @@ fn base64(data: &[u8]) -> String {
     out
 }
 
-async fn setup(client: &kube::Client, plane: &Plane) -> Result<()> {
+async fn setup(client: &kube::Client, plane: &Plane, budgets: bool) -> Result<()> {
     let nss: Api<Namespace> = Api::all(client.clone());
     for ns in NAMESPACES.iter().chain([&LEASE_NS]) {
         let body: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
@@ -702,6 +724,19 @@ async fn setup(client: &kube::Client, plane: &Plane) -> Result<()> {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
                 Err(e) => return Err(e.into()),
+            }
+            if budgets {
+                // One pod of the Deployment may be disrupted at a time: evicting a second
+                // while the first is being replaced is refused (429) until then.
+                let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+                let body: PodDisruptionBudget = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}}}))?;
+                match pdbs.create(&PostParams::default(), &body).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
     }

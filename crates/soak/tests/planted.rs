@@ -158,6 +158,23 @@ impl Log {
         self
     }
 
+    /// A POST of the pod's `eviction` subresource, answered `code` (429: a budget refused).
+    fn evict(&mut self, t: f64, replica: &str, ns: &str, name: &str, code: u16) -> &mut Self {
+        self.0.push(line(
+            t,
+            "create",
+            "pods",
+            "eviction",
+            ns,
+            name,
+            &agent(replica),
+            code,
+            None,
+            None,
+        ));
+        self
+    }
+
     fn event(&mut self, t: f64, replica: &str, ns: &str) -> &mut Self {
         self.0.push(line(
             t,
@@ -573,4 +590,38 @@ fn any_order_within_a_backlog_is_on_time_but_not_past_its_end() {
     let r = judge(&log, &cfg);
     only(&r, Kind::Late, 1);
     assert!(r.to_string().contains("first late: v/q0"), "{r}");
+}
+
+/// p2's eviction (due at 20 s) refused by a budget from `first_refusal` on, and the pod
+/// deleted at `deleted`, once --pdb-timeout (10 s) and a retry have passed. n1 stays tainted.
+fn budget(deleted: f64, first_refusal: f64) -> Log {
+    let mut log = baseline();
+    log.0
+        .retain(|l| !(l.contains("\"p2\"") && l.contains("\"delete\"")));
+    // n1 stays tainted (its untaint at 30 s would cancel the eviction).
+    let untaint = at(30.0);
+    log.0
+        .retain(|l| !(l.contains("\"nodes\"") && l.contains(&untaint)));
+    let mut t = first_refusal;
+    while t < 40.0 {
+        log.evict(t, "a", "t", "p2", 429);
+        t += 5.0;
+    }
+    log.delete(deleted, "b", "t", "p2");
+    log
+}
+
+#[test]
+fn a_budget_s_refusal_excuses_waiting_out_the_pdb_timeout_and_no_more() {
+    let mut cfg = config();
+    cfg.pdb_timeout_ms = Some(10_000);
+    // Deleted 35 s after the first refusal: within timeout + retry cap + slack (50.5 s).
+    let r = judge(&budget(55.0, 20.35), &cfg);
+    assert_eq!(r.total(), 0, "{r}");
+    // The same without budgets (delete mode): late.
+    only(&judge(&budget(55.0, 20.35), &config()), Kind::Late, 1);
+    // Past the budget's allowance (20.35 + 50.5 = 70.85 s): late.
+    only(&judge(&budget(72.0, 20.35), &cfg), Kind::Late, 1);
+    // A refusal that came after the eviction was already late excuses nothing.
+    only(&judge(&budget(55.0, 27.0), &cfg), Kind::Late, 1);
 }
