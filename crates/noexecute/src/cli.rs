@@ -37,6 +37,56 @@ pub enum Command {
     /// What a running controller is counting down right now: its pending evictions, by
     /// deadline, from its admin server's /status.
     Status(StatusArgs),
+    /// The version of this binary (the controller, the plugin, the image and the chart share
+    /// it).
+    Version(VersionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    /// `table` (or `wide`) prints the version alone; `json`, `jsonl` and `yaml` an object.
+    #[arg(long, short, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+/// Errors whose kind sets the exit status (see [`exit_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line asks for something impossible (exit 2, like clap's own usage errors).
+    #[error("{0}")]
+    Usage(String),
+    /// What the command line names is not there: a pod, a node, nodes matching a selector
+    /// (exit 3).
+    #[error("{0}")]
+    NotFound(String),
+}
+
+/// The exit status of a failed command: 2 for a usage error, 3 when what was named is not
+/// there, 4 when the API server (or the admin server) failed or refused a request, 1 for
+/// anything else (a file that cannot be read, say). Success is 0, and clap's own usage
+/// errors exit with 2.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    for cause in error.chain() {
+        match cause.downcast_ref::<CliError>() {
+            Some(CliError::Usage(_)) => return 2,
+            Some(CliError::NotFound(_)) => return 3,
+            None => {}
+        }
+        if cause
+            .downcast_ref::<crate::adapters::policy::PolicyError>()
+            .is_some()
+        {
+            return 2;
+        }
+        if cause.downcast_ref::<kube::Error>().is_some() {
+            return 4;
+        }
+    }
+    1
+}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    CliError::Usage(message.into()).into()
 }
 
 /// Where `plan` and `explain` read the cluster from.
@@ -56,6 +106,20 @@ pub struct SourceArgs {
     /// the kubeconfig context's namespace, else `default`).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+}
+
+/// Which pods `plan` shows. A taint acts on every pod of its nodes, so the plan covers every
+/// namespace unless told otherwise; `-A` says so explicitly.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RowFilter {
+    /// Every namespace (the default of `plan`; it conflicts with -n).
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+    /// Only pods whose labels match this selector (k=v, k!=v, k, !k, comma-joined). It
+    /// filters what is shown, not what is decided: the brake and rate limits still count
+    /// every pod.
+    #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
+    pub selector: Option<String>,
 }
 
 impl SourceArgs {
@@ -132,10 +196,14 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
+    pub rows: RowFilter,
+    #[command(flatten)]
     pub hypothesis: HypothesisArgs,
     /// Look no further ahead than this (e.g. 10m); default: until nothing is pending.
     #[arg(long, value_parser = parse_offset)]
     pub until: Option<Offset>,
+    /// How to print the plan: a table (`wide`: with the reasons), or its rows as one JSON
+    /// array, JSON lines or a YAML list.
     #[arg(long, short, value_enum, default_value_t = Output::Table)]
     pub output: Output,
     #[command(flatten)]
@@ -170,9 +238,11 @@ pub enum Output {
     Table,
     /// The table with more columns.
     Wide,
-    /// JSON (`plan` and `simulate`: one object per line).
+    /// One JSON document (`plan` and `simulate`: an array of objects, one per line).
     Json,
-    /// YAML: a list of the same objects.
+    /// JSON lines: each object compact on a line of its own (`simulate` streams them).
+    Jsonl,
+    /// One YAML document (`plan` and `simulate`: a list of the same objects).
     Yaml,
 }
 
@@ -186,6 +256,7 @@ pub struct StatusArgs {
     /// Kubeconfig whose user's token is presented (default: $KUBECONFIG, ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context whose user's token is presented.
     #[arg(long)]
     pub context: Option<String>,
     /// A bearer token instead of the kubeconfig user's (e.g. `kubectl create token NAME`).
@@ -202,10 +273,15 @@ pub struct StatusArgs {
     /// Only pods in this namespace.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// Every namespace (the default: the controller counts down for the whole cluster).
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
     /// Show at most this many pending evictions, the earliest deadlines first (the controller
     /// returns at most 5,000).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=5000))]
     pub limit: u32,
+    /// How to print the pending evictions: a table, or the status as one JSON or YAML
+    /// document.
     #[arg(long, short, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }
@@ -231,6 +307,8 @@ pub struct SimulateArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub policy: crate::adapters::policy::PolicyArgs,
+    #[command(flatten)]
+    pub actions: crate::adapters::policy::ActionArgs,
 }
 
 fn parse_offset(s: &str) -> Result<Offset, String> {
@@ -244,7 +322,28 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plan(args) => plan_command(args),
         Command::Explain(args) => explain_command(args),
         Command::Status(args) => status_command(args),
+        Command::Version(args) => version_command(args),
     }
+}
+
+fn version_command(args: VersionArgs) -> Result<ExitCode> {
+    let version = env!("CARGO_PKG_VERSION");
+    let data = serde_json::json!({ "version": version });
+    match args.output {
+        Output::Table | Output::Wide => println!("noexecute {version}"),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&data)?),
+        Output::Jsonl => println!("{data}"),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&data)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every node `--taint` names must exist, and every `--taint-selector` must match a node.
+fn require_targets(state: &ClusterState, hypothesis: &plan::Hypothesis) -> Result<()> {
+    hypothesis
+        .resolve(state)
+        .map(|_| ())
+        .map_err(|e| CliError::NotFound(e).into())
 }
 
 fn status_command(args: StatusArgs) -> Result<ExitCode> {
@@ -259,6 +358,7 @@ fn status_command(args: StatusArgs) -> Result<ExitCode> {
         Output::Table => crate::controller::status::table(&status, false, &mut out)?,
         Output::Wide => crate::controller::status::table(&status, true, &mut out)?,
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?,
+        Output::Jsonl => writeln!(out, "{}", serde_json::to_string(&status)?)?,
         Output::Yaml => write!(out, "{}", serde_saphyr::to_string(&status)?)?,
     }
     out.flush().context("writing the status")?;
@@ -334,7 +434,7 @@ async fn fetch_status(args: &StatusArgs) -> Result<crate::controller::status::St
 
 fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
     let scenario = Scenario::load(&args.scenario)?;
-    let policy = args.policy.resolve()?;
+    let policy = args.policy.resolve_with(&args.actions)?;
     let opts = simulate::Options {
         default_tolerations: args.default_tolerations,
         until: args.until.map(Offset::time),
@@ -343,17 +443,20 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    // JSON and YAML lines are written as the simulation makes them; the table (its columns are
-    // as wide as their widest cell) and the plot need the whole timeline.
-    let streamed = matches!(args.output, Output::Json | Output::Yaml) && args.plot.is_none();
+    // JSON, JSON lines and YAML are written as the simulation makes them; the table (its
+    // columns are as wide as their widest cell) and the plot need the whole timeline.
+    let streamed =
+        matches!(args.output, Output::Json | Output::Jsonl | Output::Yaml) && args.plot.is_none();
     let timeline = if streamed {
         let mut failed = None;
+        let mut list = report::JsonList::default();
         let timeline = simulate::stream(scenario, opts, &mut |entry| {
             if failed.is_some() {
                 return;
             }
             let written = match args.output {
                 Output::Yaml => report::yaml_entry(&entry, &mut out),
+                Output::Json => report::json_item(&mut list, &entry, &mut out),
                 _ => report::json_entry(&entry, &mut out),
             };
             failed = written.err();
@@ -361,12 +464,16 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
         if let Some(e) = failed {
             return Err(e).context("writing the timeline");
         }
+        if args.output == Output::Json {
+            list.end(&mut out).context("writing the timeline")?;
+        }
         timeline
     } else {
         let timeline = simulate::run(scenario, opts);
         match args.output {
             Output::Table | Output::Wide => report::table(&timeline, &mut out),
-            Output::Json => report::json_lines(&timeline, &mut out),
+            Output::Json => report::json(&timeline, &mut out),
+            Output::Jsonl => report::json_lines(&timeline, &mut out),
             Output::Yaml => report::yaml(&timeline, &mut out),
         }
         .context("writing the timeline")?;
@@ -387,9 +494,38 @@ fn simulate_command(args: SimulateArgs) -> Result<ExitCode> {
 }
 
 fn plan_command(args: PlanArgs) -> Result<ExitCode> {
-    let hypothesis = args.hypothesis.hypothesis()?;
+    let hypothesis = args
+        .hypothesis
+        .hypothesis()
+        .map_err(|e| usage(format!("{e:#}")))?;
     let policy = args.policy.resolve()?;
-    let state = args.source.load(&policy.pod_labels())?;
+    let selector = args
+        .rows
+        .selector
+        .as_deref()
+        .map(|s| plan::Selector::parse(s).map_err(|e| usage(format!("--selector: {e}"))))
+        .transpose()?;
+    // Keep the labels the selector reads as well as the policy's.
+    let mut labels = policy.pod_labels();
+    if let (Some(sel), crate::adapters::slim::PodLabels::Only(keys)) = (&selector, &mut labels) {
+        keys.extend(sel.keys().map(str::to_string));
+    }
+    let state = args.source.load(&labels)?;
+    require_targets(&state, &hypothesis)?;
+    let shown: Option<std::collections::HashSet<String>> = selector.map(|sel| {
+        state
+            .pods
+            .iter()
+            .filter(|p| sel.matches(&p.metadata.labels.clone().unwrap_or_default()))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or(""),
+                    p.metadata.name.as_deref().unwrap_or("")
+                )
+            })
+            .collect()
+    });
     let now = wall_clock();
     let horizon = args
         .until
@@ -410,10 +546,14 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
         let prefix = format!("{ns}/");
         result.rows.retain(|r| r.pod.starts_with(&prefix));
     }
+    if let Some(shown) = &shown {
+        result.rows.retain(|r| shown.contains(&r.pod));
+    }
     match args.output {
         Output::Table => report::plan_table(&result, false, &mut out),
         Output::Wide => report::plan_table(&result, true, &mut out),
         Output::Json => report::plan_json(&result, &mut out),
+        Output::Jsonl => report::plan_json_lines(&result, &mut out),
         Output::Yaml => report::plan_yaml(&result, &mut out),
     }
     .context("writing the plan")?;
@@ -422,14 +562,27 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
 }
 
 fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
-    let hypothesis = args.hypothesis.hypothesis()?;
+    let hypothesis = args
+        .hypothesis
+        .hypothesis()
+        .map_err(|e| usage(format!("{e:#}")))?;
     let policy = args.policy.resolve()?;
-    let state = args.source.load(&policy.pod_labels())?;
     let pod = if args.pod.contains('/') {
         args.pod.clone()
     } else {
         format!("{}/{}", args.source.default_namespace(), args.pod)
     };
+    let Some((namespace, name)) = pod.split_once('/') else {
+        return Err(usage(format!("{pod:?}: expected NAMESPACE/POD")));
+    };
+    let state = args.source.load(&policy.pod_labels())?;
+    if !state.pods.iter().any(|p| {
+        p.metadata.namespace.as_deref() == Some(namespace)
+            && p.metadata.name.as_deref() == Some(name)
+    }) {
+        return Err(CliError::NotFound(format!("pod {pod} is not in {}", state.source)).into());
+    }
+    require_targets(&state, &hypothesis)?;
     let now = wall_clock();
     let explanation = explain::explain(
         state,
@@ -443,6 +596,7 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     match args.output {
         Output::Table | Output::Wide => print!("{}", explanation.text(now)),
         Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+        Output::Jsonl => println!("{}", serde_json::to_string(&explanation)?),
         Output::Yaml => print!("{}", serde_saphyr::to_string(&explanation)?),
     }
     Ok(ExitCode::SUCCESS)
@@ -467,4 +621,44 @@ fn run_command(args: crate::controller::RunArgs) -> Result<ExitCode> {
     .context("starting the async runtime")?;
     let code = runtime.block_on(crate::controller::run(args))?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_of_every_command_is_described() {
+        let cli = super::Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg
+                    .get_help()
+                    .is_none_or(|h| h.to_string().trim().is_empty())
+                {
+                    missing.push(format!("{} --{}", sub.get_name(), id));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "flags without a description: {missing:?}"
+        );
+    }
+
+    #[test]
+    fn usage_not_found_and_api_errors_have_their_own_exit_codes() {
+        let usage = super::usage("bad flag");
+        assert_eq!(super::exit_code(&usage), 2);
+        let missing: anyhow::Error = super::CliError::NotFound("pod a/b".into()).into();
+        assert_eq!(super::exit_code(&missing.context("explaining")), 3);
+        let api: anyhow::Error = kube::Error::LinesCodecMaxLineLengthExceeded.into();
+        assert_eq!(super::exit_code(&api.context("listing pods")), 4);
+        assert_eq!(super::exit_code(&anyhow::anyhow!("reading a file")), 1);
+    }
 }

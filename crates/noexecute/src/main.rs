@@ -25,15 +25,27 @@ fn main() -> ExitCode {
     if plugin_name().is_some() {
         command = command.name(name).bin_name(name).display_name(name);
     }
+    let plugin = plugin_name().is_some();
+    if plugin {
+        // The plugin only reads: the controller runs in the cluster, under its own Lease. A
+        // `run` from a laptop would be a second acting leader.
+        command = command.mut_subcommand("run", |run| run.hide(true));
+    }
     let cli = match noexecute::cli::Cli::from_arg_matches(&command.get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    if plugin && matches!(cli.command, noexecute::cli::Command::Run(_)) {
+        eprintln!(
+            "{name}: error: the plugin does not run the controller (it offers plan, explain, status, simulate and version); deploy it (docs/operating.md), or run the noexecute binary itself"
+        );
+        return ExitCode::from(2);
+    }
     match noexecute::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("{name}: error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(noexecute::cli::exit_code(&e))
         }
     }
 }

@@ -212,7 +212,7 @@ async fn status_lists_exactly_the_countdowns_with_the_engines_deadlines() -> Res
         "--token",
         &reader,
         "-o",
-        "json",
+        "jsonl",
     ])?;
     ensure!(
         out.status.success(),
@@ -442,7 +442,7 @@ async fn kubectl_plugin_answers_as_the_binary_with_kubectls_conventions() -> Res
             "--taint",
             &taint,
             "-o",
-            "json",
+            "jsonl",
         ],
     )?;
     ensure!(
@@ -450,7 +450,7 @@ async fn kubectl_plugin_answers_as_the_binary_with_kubectls_conventions() -> Res
         "{}",
         String::from_utf8_lossy(&plugin_plan.stderr)
     );
-    let binary_plan = noexecute(&["plan", "--kubeconfig", kc, "--taint", &taint, "-o", "json"])?;
+    let binary_plan = noexecute(&["plan", "--kubeconfig", kc, "--taint", &taint, "-o", "jsonl"])?;
     ensure!(
         binary_plan.status.success(),
         "{}",

@@ -22,7 +22,7 @@ fn noexecute(args: &[&str]) -> Output {
 }
 
 fn plan_json(extra: &[&str]) -> Vec<serde_json::Value> {
-    let mut args = vec!["plan", "--snapshot", SNAPSHOT, "-o", "json"];
+    let mut args = vec!["plan", "--snapshot", SNAPSHOT, "-o", "jsonl"];
     args.extend_from_slice(extra);
     let out = noexecute(&args);
     assert!(
@@ -201,7 +201,7 @@ fn explain_as_json_and_yaml() {
         "--snapshot",
         SNAPSHOT,
         "-o",
-        "json",
+        "jsonl",
     ]);
     let keep: serde_json::Value = serde_json::from_slice(&keep.stdout).unwrap();
     assert_eq!(keep["decision"]["action"], "keep");
@@ -212,10 +212,11 @@ fn explain_as_json_and_yaml() {
     );
 }
 
-fn fails(args: &[&str], expected: &str) {
+/// Fails with exit status `code` (2 usage, 3 not found, 1 anything else) and says `expected`.
+fn fails(args: &[&str], code: i32, expected: &str) {
     let out = noexecute(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(
         stderr.contains(expected),
@@ -233,6 +234,7 @@ fn bad_input_fails_cleanly() {
             "--taint",
             "ghost=k:NoExecute",
         ],
+        3,
         "node ghost is not in snapshot",
     );
     fails(
@@ -244,10 +246,12 @@ fn bad_input_fails_cleanly() {
             "zone=z",
             "k:NoExecute",
         ],
+        3,
         "matches no node",
     );
     fails(
         &["plan", "--snapshot", SNAPSHOT, "--taint", "a-0=k:Sometimes"],
+        2,
         "unknown effect",
     );
     fails(
@@ -259,19 +263,23 @@ fn bad_input_fails_cleanly() {
             "zone in (a)",
             "k:NoExecute",
         ],
+        2,
         "set-based",
     );
     fails(
         &["explain", "default/nope", "--snapshot", SNAPSHOT],
+        3,
         "pod default/nope is not in snapshot",
     );
     fails(
         &["explain", "nope", "--snapshot", SNAPSHOT],
         // A bare NAME is in -n's namespace, else (a snapshot has no context) `default`.
+        3,
         "pod default/nope is not in snapshot",
     );
     fails(
         &["plan", "--snapshot", "no/such.json"],
+        1,
         "no/such.json: No such file",
     );
     let out = noexecute(&["plan", "--snapshot", "no/such.json"]);
@@ -285,10 +293,11 @@ fn bad_input_fails_cleanly() {
     std::fs::write(&bad, "{\"items\": [{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"p\"}, \"spec\": {\"nodeName\": 7}}]}").unwrap();
     fails(
         &["plan", "--snapshot", bad.to_str().unwrap()],
+        1,
         ":1:97: items[0]: invalid type: integer `7`, expected a string",
     );
     std::fs::write(&bad, "{\"items\": [").unwrap();
-    fails(&["plan", "--snapshot", bad.to_str().unwrap()], ":1:");
+    fails(&["plan", "--snapshot", bad.to_str().unwrap()], 1, ":1:");
 }
 
 #[test]
@@ -362,7 +371,7 @@ fn plan_on_a_realistic_snapshot_json_and_yaml() {
             "topology.kubernetes.io/zone=zone-a",
             "node.kubernetes.io/unreachable:NoExecute",
             "-o",
-            "json",
+            "jsonl",
         ]);
         assert!(
             out.status.success(),
@@ -398,4 +407,227 @@ fn plan_on_a_realistic_snapshot_json_and_yaml() {
         .collect();
     got.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(got, expected);
+}
+
+/// A snapshot of one node with a NoExecute taint added an hour ago and `pods` pods that
+/// tolerate it for 60 s, written to a scratch file.
+fn overdue_snapshot(pods: usize) -> std::path::PathBuf {
+    let added = (std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let added = chrono_like(added);
+    let mut items = vec![serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "uid": "node-n1"},
+        "spec": {"taints": [{"key": "maintenance", "effect": "NoExecute", "timeAdded": added}]}
+    })];
+    for i in 0..pods {
+        items.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("p{i}"), "namespace": "team", "uid": format!("uid-{i}"),
+                         "labels": {"app": if i % 2 == 0 { "even" } else { "odd" }}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "pause"}],
+                     "tolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}]},
+            "status": {"phase": "Running"}
+        }));
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("overdue-{pods}.json"));
+    std::fs::write(
+        &path,
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    path
+}
+
+/// RFC 3339 (UTC, whole seconds) of seconds since the epoch.
+fn chrono_like(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn plan_of(snapshot: &std::path::Path, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
+        "plan",
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+        "-o",
+        "jsonl",
+    ];
+    args.extend_from_slice(extra);
+    let out = noexecute(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn an_overdue_eviction_is_not_called_held_by_pacing_unless_pacing_holds_it() {
+    let snapshot = overdue_snapshot(3);
+    let rows = plan_of(&snapshot, &["--deadline-from", "taint-time-added"]);
+    assert_eq!(rows.len(), 3);
+    for row in &rows {
+        let reason = row["reason"].as_str().unwrap();
+        assert_eq!(row["decision"], "evict", "{row}");
+        assert!(!reason.contains("pacing"), "no pacing is set: {reason}");
+        assert!(reason.contains("overdue"), "{reason}");
+    }
+    // The positive control: one eviction a second, burst 1. The first starts at once; the
+    // others wait for the limiter and say so.
+    let rows = plan_of(
+        &snapshot,
+        &[
+            "--deadline-from",
+            "taint-time-added",
+            "--max-evictions-per-second",
+            "1",
+            "--eviction-burst",
+            "1",
+        ],
+    );
+    let paced = rows
+        .iter()
+        .filter(|r| r["reason"].as_str().unwrap().contains("by pacing"))
+        .count();
+    assert_eq!(paced, 2, "{rows:?}");
+}
+
+#[test]
+fn output_json_is_one_document_and_jsonl_one_object_a_line() {
+    let snapshot = overdue_snapshot(4);
+    let s = snapshot.to_str().unwrap();
+    let json = noexecute(&["plan", "--snapshot", s, "-o", "json"]);
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let doc: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let lines = plan_of(&snapshot, &[]);
+    assert_eq!(doc.len(), 4);
+    // The same objects, whatever the wall clock said between the two runs.
+    let pods = |v: &[serde_json::Value]| v.iter().map(|r| r["pod"].clone()).collect::<Vec<_>>();
+    assert_eq!(pods(&doc), pods(&lines));
+    // Nothing affected: still one document, an empty array.
+    let empty = noexecute(&["plan", "--snapshot", SNAPSHOT, "-o", "json"]);
+    assert!(empty.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&empty.stdout).unwrap();
+    assert!(doc.is_array(), "{doc}");
+}
+
+#[test]
+fn label_and_namespace_filters_and_exit_codes() {
+    let snapshot = overdue_snapshot(4);
+    let s = snapshot.to_str().unwrap();
+    let rows = plan_of(&snapshot, &["-l", "app=even"]);
+    let pods: Vec<&str> = rows.iter().map(|r| r["pod"].as_str().unwrap()).collect();
+    assert_eq!(pods, ["team/p0", "team/p2"]);
+    assert_eq!(plan_of(&snapshot, &["-A"]).len(), 4);
+    assert_eq!(plan_of(&snapshot, &["-n", "other"]).len(), 0);
+    // -A and -n together, and an unparsable selector: usage errors.
+    let code = |args: &[&str]| noexecute(args).status.code();
+    assert_eq!(
+        code(&["plan", "--snapshot", s, "-A", "-n", "team"]),
+        Some(2)
+    );
+    assert_eq!(code(&["plan", "--snapshot", s, "-l", "a,,b"]), Some(2));
+    // Policy flags that only change how an eviction is carried out are not plan's.
+    assert_eq!(code(&["plan", "--snapshot", s, "--dry-run"]), Some(2));
+    assert_eq!(
+        code(&[
+            "explain",
+            "team/p0",
+            "--snapshot",
+            s,
+            "--eviction-mode",
+            "evict"
+        ]),
+        Some(2)
+    );
+    // Not found: a pod, a node, a selector that matches no node.
+    assert_eq!(code(&["explain", "team/nope", "--snapshot", s]), Some(3));
+    assert_eq!(
+        code(&["plan", "--snapshot", s, "--taint", "nope=k:NoExecute"]),
+        Some(3)
+    );
+    assert_eq!(
+        code(&[
+            "plan",
+            "--snapshot",
+            s,
+            "--taint-selector",
+            "zone=z",
+            "k:NoExecute"
+        ]),
+        Some(3)
+    );
+    // A file that cannot be read: neither usage nor not found.
+    assert_eq!(
+        code(&["plan", "--snapshot", "/nonexistent/snapshot.json"]),
+        Some(1)
+    );
+    // version, in both forms.
+    let v = noexecute(&["version", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    let plain = String::from_utf8(noexecute(&["version"]).stdout).unwrap();
+    assert_eq!(
+        plain.trim(),
+        format!("noexecute {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn the_kubectl_plugin_never_runs_the_controller() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-readonly");
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-noexecute");
+    let _ = std::fs::remove_file(&plugin);
+    std::fs::copy(env!("CARGO_BIN_EXE_noexecute"), &plugin).unwrap();
+    let help = Command::new(&plugin).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("kubectl noexecute"), "{help}");
+    for command in ["plan", "explain", "status", "version"] {
+        assert!(
+            help.contains(&format!("  {command} ")),
+            "{command} missing: {help}"
+        );
+    }
+    assert!(!help.contains("  run "), "the plugin offers run: {help}");
+    let run = Command::new(&plugin)
+        .args(["run", "--leader-elect=false"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("does not run the controller"), "{err}");
+    // The binary itself still runs it (its help lists run).
+    let own = noexecute(&["--help"]);
+    assert!(String::from_utf8_lossy(&own.stdout).contains("  run "));
 }

@@ -51,7 +51,7 @@ fn node_maintenance_timeline() {
         "simulate",
         "examples/node-maintenance.yaml",
         "--output",
-        "json",
+        "jsonl",
     ]);
     let got = events(&lines);
     let want = vec![
@@ -84,7 +84,7 @@ fn cni_startup_timeline() {
         "simulate",
         "examples/cni-startup.yaml",
         "-o",
-        "json",
+        "jsonl",
     ]));
     let got: Vec<(f64, &str, &str)> = got
         .iter()
@@ -106,7 +106,7 @@ fn zone_outage_evicts_zone_a_only_and_spares_the_recovered_node() {
         "simulate",
         "examples/zone-outage.yaml",
         "-o",
-        "json",
+        "jsonl",
     ]));
     let evicted: Vec<&(f64, String, String)> = got.iter().filter(|e| e.1 == "evicted").collect();
     assert_eq!(evicted.len(), 19);
@@ -141,13 +141,13 @@ fn default_tolerations_flag_adds_the_admission_plugins_tolerations() {
     )
     .unwrap();
     let path = file.to_str().unwrap();
-    let without = events(&json_lines(&["simulate", path, "-o", "json"]));
+    let without = events(&json_lines(&["simulate", path, "-o", "jsonl"]));
     assert_eq!(without, vec![(10.0, "evicted".into(), "default/p".into())]);
     let with = events(&json_lines(&[
         "simulate",
         path,
         "-o",
-        "json",
+        "jsonl",
         "--default-tolerations",
     ]));
     assert_eq!(
@@ -189,7 +189,8 @@ fn fails_with(contents: &str, expected: &[&str]) {
     std::fs::write(&file, contents).unwrap();
     let out = noexecute(&["simulate", file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{contents:?}: {stderr}");
+    // A bad file is a failure (1), not a usage error of the command line (2).
+    assert_eq!(out.status.code(), Some(1), "{contents:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(
         stderr.contains(file.to_str().unwrap()),
@@ -232,7 +233,7 @@ fn bad_input_is_reported_with_file_and_place() {
 #[test]
 fn missing_file_is_reported() {
     let out = noexecute(&["simulate", "no/such/scenario.yaml"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no/such/scenario.yaml"), "{stderr}");
 }
@@ -245,7 +246,7 @@ fn policies_show_in_the_simulated_timeline() {
         "simulate",
         "examples/zone-outage.yaml",
         "-o",
-        "json",
+        "jsonl",
         "--exclude-namespace",
         "shop",
     ]));
@@ -264,7 +265,7 @@ fn policies_show_in_the_simulated_timeline() {
         "simulate",
         file.to_str().unwrap(),
         "-o",
-        "json",
+        "jsonl",
         "--config",
         config.to_str().unwrap(),
     ]));
@@ -283,7 +284,7 @@ fn the_mass_eviction_brake_example_holds_releases_and_paces() {
         "simulate",
         "examples/mass-eviction-brake.yaml",
         "-o",
-        "json",
+        "jsonl",
         "--brake-threshold",
         "40",
         "--max-evictions-per-second",
@@ -341,7 +342,7 @@ fn the_mass_eviction_brake_example_holds_releases_and_paces() {
         "simulate",
         "examples/mass-eviction-brake.yaml",
         "-o",
-        "json",
+        "jsonl",
         "--brake-threshold",
         "40",
         "--release-brake",
@@ -359,7 +360,7 @@ fn rate_limits_space_the_evictions_out() {
         "simulate",
         "examples/zone-outage.yaml",
         "-o",
-        "json",
+        "jsonl",
         "--max-evictions-per-second",
         "2",
         "--until",
@@ -388,7 +389,7 @@ fn rate_limits_space_the_evictions_out() {
         "simulate",
         file.to_str().unwrap(),
         "-o",
-        "json",
+        "jsonl",
         "--max-node-evictions-per-second",
         "0.1",
     ]))
@@ -465,12 +466,12 @@ fn a_mass_deadline_streams_the_same_timeline_it_keeps() {
     let file = file.to_str().unwrap();
     let svg = dir.join("mass.svg");
 
-    let streamed = noexecute(&["simulate", file, "-o", "json"]);
+    let streamed = noexecute(&["simulate", file, "-o", "jsonl"]);
     let kept = noexecute(&[
         "simulate",
         file,
         "-o",
-        "json",
+        "jsonl",
         "--plot",
         svg.to_str().unwrap(),
     ]);
@@ -480,7 +481,7 @@ fn a_mass_deadline_streams_the_same_timeline_it_keeps() {
         "the same lines, in the same order"
     );
 
-    let lines = json_lines(&["simulate", file, "-o", "json"]);
+    let lines = json_lines(&["simulate", file, "-o", "jsonl"]);
     let evicted: Vec<(f64, String, String)> = events(&lines)
         .into_iter()
         .filter(|(_, e, _)| e == "evicted")
@@ -501,4 +502,28 @@ fn a_mass_deadline_streams_the_same_timeline_it_keeps() {
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.contains("3000 of 3000 pods evicted"), "{table}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn output_json_is_one_document_streamed_or_not() {
+    let scenario = "examples/node-maintenance.yaml";
+    let lines = json_lines(&["simulate", scenario, "-o", "jsonl"]);
+    assert!(!lines.is_empty());
+    let streamed = noexecute(&["simulate", scenario, "-o", "json"]);
+    assert!(streamed.status.success());
+    let doc: Vec<serde_json::Value> = serde_json::from_slice(&streamed.stdout).unwrap();
+    assert_eq!(doc, lines, "one array of the JSON lines' objects");
+    // With a plot the timeline is written at the end: the same bytes.
+    let svg = std::env::temp_dir().join(format!("noexecute-json-{}.svg", std::process::id()));
+    let kept = noexecute(&[
+        "simulate",
+        scenario,
+        "-o",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(kept.status.success());
+    assert_eq!(kept.stdout, streamed.stdout);
+    let _ = std::fs::remove_file(svg);
 }

@@ -80,7 +80,8 @@ pub struct EngineArgs {
     pub comparison_operators: bool,
 }
 
-/// Policy flags, shared by `run`, `simulate`, `plan` and `explain`.
+/// Policy flags that change what is decided and when, shared by `run`, `simulate`, `plan`
+/// and `explain`.
 #[derive(Debug, Args, Clone, Default)]
 pub struct PolicyArgs {
     /// A YAML file with any of the policies below (flags override it).
@@ -106,26 +107,6 @@ pub struct PolicyArgs {
     /// Never evict pods in phase Succeeded or Failed (upstream deletes them too).
     #[arg(long, env = "NOEXECUTE_SKIP_TERMINAL_PODS")]
     pub skip_terminal_pods: bool,
-    /// Decide, log, count and record events, but patch and delete nothing.
-    #[arg(long, env = "NOEXECUTE_DRY_RUN")]
-    pub dry_run: bool,
-    /// `delete` (upstream) or `evict` (the Eviction API, honouring PodDisruptionBudgets).
-    #[arg(
-        long,
-        env = "NOEXECUTE_EVICTION_MODE",
-        value_parser = eviction_mode,
-        value_name = "delete|evict"
-    )]
-    pub eviction_mode: Option<EvictionMode>,
-    /// With --eviction-mode=evict: when a PodDisruptionBudget has blocked a pod's eviction
-    /// for this long, delete it anyway (so an outage cannot block recovery forever). Unset:
-    /// never fall back.
-    #[arg(long, env = "NOEXECUTE_PDB_TIMEOUT", value_parser = duration)]
-    pub pdb_timeout: Option<Duration>,
-    /// Before an eviction a pod event found due at once, confirm it against a fresh read of
-    /// the node (closes kubernetes/kubernetes#119862). On by default.
-    #[arg(long, env = "NOEXECUTE_STALE_CACHE_GUARD", action = clap::ArgAction::Set)]
-    pub stale_cache_guard: Option<bool>,
     /// Start at most this many evictions per second overall (a token bucket; unset: no
     /// limit, as upstream).
     #[arg(long, env = "NOEXECUTE_MAX_EVICTIONS_PER_SECOND")]
@@ -150,6 +131,34 @@ pub struct PolicyArgs {
     /// nodes instead, annotate them `noexecute.io/release-brake=true`.
     #[arg(long, env = "NOEXECUTE_RELEASE_BRAKE")]
     pub release_brake: bool,
+}
+
+/// Policy flags that change only how a decided eviction is carried out: `run` and
+/// `simulate` take them, `plan` and `explain` (which only decide) do not. A policy file may
+/// still set them (the controller's own file can be given to `plan`); they are read and
+/// change nothing there.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ActionArgs {
+    /// Decide, log, count and record events, but patch and delete nothing.
+    #[arg(long, env = "NOEXECUTE_DRY_RUN")]
+    pub dry_run: bool,
+    /// `delete` (upstream) or `evict` (the Eviction API, honouring PodDisruptionBudgets).
+    #[arg(
+        long,
+        env = "NOEXECUTE_EVICTION_MODE",
+        value_parser = eviction_mode,
+        value_name = "delete|evict"
+    )]
+    pub eviction_mode: Option<EvictionMode>,
+    /// With --eviction-mode=evict: when a PodDisruptionBudget has blocked a pod's eviction
+    /// for this long, delete it anyway (so an outage cannot block recovery forever). Unset:
+    /// never fall back.
+    #[arg(long, env = "NOEXECUTE_PDB_TIMEOUT", value_parser = duration)]
+    pub pdb_timeout: Option<Duration>,
+    /// Before an eviction a pod event found due at once, confirm it against a fresh read of
+    /// the node (closes kubernetes/kubernetes#119862). On by default.
+    #[arg(long, env = "NOEXECUTE_STALE_CACHE_GUARD", action = clap::ArgAction::Set)]
+    pub stale_cache_guard: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -202,7 +211,19 @@ pub enum PolicyError {
 }
 
 impl PolicyArgs {
+    /// The policies of these flags and the file, for a command that only decides (the
+    /// action policies at their defaults, whatever the file says).
     pub fn resolve(&self) -> Result<Policy, PolicyError> {
+        let mut policy = self.resolve_with(&ActionArgs::default())?;
+        policy.dry_run = false;
+        policy.eviction_mode = EvictionMode::default();
+        policy.pdb_timeout = None;
+        policy.stale_cache_guard = true;
+        Ok(policy)
+    }
+
+    /// The policies of these flags, the action flags and the file.
+    pub fn resolve_with(&self, actions: &ActionArgs) -> Result<Policy, PolicyError> {
         let file = match &self.config {
             Some(path) => load(path)?,
             None => PolicyFile::default(),
@@ -234,16 +255,16 @@ impl PolicyArgs {
             exclude_namespaces: namespaces,
             exclude_selector: selector,
             skip_terminal_pods: self.skip_terminal_pods || file.skip_terminal_pods.unwrap_or(false),
-            dry_run: self.dry_run || file.dry_run.unwrap_or(false),
-            stale_cache_guard: self
+            dry_run: actions.dry_run || file.dry_run.unwrap_or(false),
+            stale_cache_guard: actions
                 .stale_cache_guard
                 .or(file.stale_cache_guard)
                 .unwrap_or(true),
-            eviction_mode: self
+            eviction_mode: actions
                 .eviction_mode
                 .or(file.eviction_mode)
                 .unwrap_or_default(),
-            pdb_timeout: self.pdb_timeout.or(file
+            pdb_timeout: actions.pdb_timeout.or(file
                 .pdb_timeout
                 .map(|o| Duration::from_millis(o.0.unsigned_abs()))),
             pace: PaceConfig {

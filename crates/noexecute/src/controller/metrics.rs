@@ -19,6 +19,11 @@ pub struct VerbLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: String,
 }
@@ -167,6 +172,20 @@ impl Metrics {
             "Due evictions held by the rate limits or the mass-eviction brake.",
             m.paced_evictions.clone(),
         );
+        // Which build runs, as a constant 1 labelled with its version (join on it in
+        // queries; it changes in a rollout).
+        let build_info: Family<BuildLabels, Gauge> = Family::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+            })
+            .set(1);
+        own.register(
+            "build_info",
+            "A constant 1, labelled with the version of the noexecute build that runs.",
+            build_info,
+        );
+        registry.register_collector(Box::new(super::process::ProcessCollector));
         m
     }
 
@@ -218,5 +237,21 @@ mod tests {
             text.contains("noexecute_api_errors_total{verb=\"delete\"} 1"),
             "{text}"
         );
+        assert!(
+            text.contains(&format!(
+                "noexecute_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_start_time_seconds ",
+            "process_open_fds ",
+            "process_max_fds ",
+        ] {
+            assert!(text.contains(name), "{name}: {text}");
+        }
     }
 }

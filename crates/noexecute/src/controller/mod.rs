@@ -22,6 +22,7 @@ pub mod events;
 pub mod executor;
 pub mod lease;
 pub mod metrics;
+pub mod process;
 pub mod ratelimit;
 pub mod status;
 pub mod tls;
@@ -111,15 +112,21 @@ pub struct RunArgs {
     /// Elect a leader among replicas through a Lease.
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+    /// How long a Lease holder is trusted after its last renewal: a standby takes over no
+    /// sooner (client-go's default; longer than the renew deadline).
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = duration)]
     pub leader_elect_lease_duration: Duration,
+    /// A leader that has not renewed within this stops acting (its term ends), before any
+    /// standby may take over.
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
     pub leader_elect_renew_deadline: Duration,
+    /// How often the leader renews and a standby tries to take the Lease.
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = duration)]
     pub leader_elect_retry_period: Duration,
     /// Namespace of the Lease (default: $POD_NAMESPACE, else kube-system).
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,
+    /// Name of the Lease (one per shard: replicas of one --node-selector share it).
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT_NAME", default_value = "noexecute")]
     pub leader_elect_name: String,
     /// This replica's identity in the Lease: this (default: $POD_NAME or the host name) plus a
@@ -135,12 +142,15 @@ pub struct RunArgs {
         default_value = "taint-eviction-controller"
     )]
     pub event_component: String,
+    /// Log lines as `text` or `json` (one object a line); RUST_LOG sets the level.
     #[arg(long, env = "NOEXECUTE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
     pub policy: crate::adapters::policy::PolicyArgs,
+    #[command(flatten)]
+    pub actions: crate::adapters::policy::ActionArgs,
 }
 
 impl RunArgs {
@@ -214,7 +224,7 @@ pub fn init_logging(format: LogFormat) {
 /// as kube-controller-manager does).
 pub async fn run(args: RunArgs) -> Result<i32> {
     args.validate()?;
-    let policy = args.policy.resolve()?;
+    let policy = args.policy.resolve_with(&args.actions)?;
     let identity = args.identity();
     let mut config =
         crate::adapters::client::config(args.kubeconfig.as_deref(), args.context.as_deref())

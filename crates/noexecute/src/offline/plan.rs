@@ -234,10 +234,18 @@ pub fn run(
                 PipelineEffect::Start(attempt) => {
                     let pod = attempt.pod.to_string();
                     if let Some((deadline, reason)) = due.get(&pod) {
-                        let reason = if clock > *deadline {
+                        // A deadline already past at `now` (an old taint in a snapshot) starts
+                        // at `now`: overdue, not held. Only a start after both was paced.
+                        let could_start = (*deadline).max(now);
+                        let reason = if clock > could_start {
                             format!(
                                 "{reason} (held {:.1}s by pacing)",
-                                clock.since(*deadline).as_secs_f64()
+                                clock.since(could_start).as_secs_f64()
+                            )
+                        } else if *deadline < now {
+                            format!(
+                                "{reason} (overdue: due {:.1}s before now)",
+                                now.since(*deadline).as_secs_f64()
                             )
                         } else {
                             reason.clone()

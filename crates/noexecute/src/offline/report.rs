@@ -117,6 +117,40 @@ pub fn json_lines(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
     t.entries.iter().try_for_each(|e| json_entry(e, w))
 }
 
+/// The timeline as one JSON document: an array of the JSON lines' objects.
+pub fn json(t: &Timeline, w: &mut impl Write) -> io::Result<()> {
+    let mut list = JsonList::default();
+    for e in &t.entries {
+        list.item(w, &line(e))?;
+    }
+    list.end(w)
+}
+
+/// One entry of the timeline as an item of a JSON array written as it comes.
+pub fn json_item(list: &mut JsonList, e: &Entry, w: &mut impl Write) -> io::Result<()> {
+    list.item(w, &line(e))
+}
+
+/// A JSON array written item by item (one item per line), so that a long timeline streams
+/// and still parses as one document.
+#[derive(Debug, Default)]
+pub struct JsonList {
+    items: usize,
+}
+
+impl JsonList {
+    pub fn item(&mut self, w: &mut impl Write, item: &impl Serialize) -> io::Result<()> {
+        w.write_all(if self.items == 0 { b"[\n  " } else { b",\n  " })?;
+        serde_json::to_writer(&mut *w, item)?;
+        self.items += 1;
+        Ok(())
+    }
+
+    pub fn end(self, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(if self.items == 0 { b"[]\n" } else { b"\n]\n" })
+    }
+}
+
 /// One entry of the timeline as a JSON line.
 pub fn json_entry(e: &Entry, w: &mut impl Write) -> io::Result<()> {
     serde_json::to_writer(&mut *w, &line(e))?;
@@ -260,11 +294,18 @@ struct PlanLine<'a> {
     reason: &'a str,
 }
 
-pub fn plan_json(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+pub fn plan_json_lines(p: &Plan, w: &mut impl Write) -> io::Result<()> {
     plan_lines(p, |line| {
         serde_json::to_writer(&mut *w, &line)?;
         writeln!(w)
     })
+}
+
+/// The plan as one JSON document: an array of the JSON lines' objects.
+pub fn plan_json(p: &Plan, w: &mut impl Write) -> io::Result<()> {
+    let mut list = JsonList::default();
+    plan_lines(p, |line| list.item(w, &line))?;
+    list.end(w)
 }
 
 /// The plan as a YAML list of the JSON lines' objects.
