@@ -91,11 +91,21 @@ fn run(program: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Result<String> 
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// `helm template noexecute CHART -n noexecute [-f VALUES]`.
+/// The prometheus-operator kinds the chart renders only where the cluster serves them: the
+/// renderings here say that it does (the stand-in CRDs serve them to the dry run).
+const MONITORING_APIS: [&str; 4] = [
+    "--api-versions",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "--api-versions",
+    "monitoring.coreos.com/v1/PrometheusRule",
+];
+
+/// `helm template noexecute CHART -n noexecute [-f VALUES]`, with the monitoring APIs served.
 fn template(plane: &Plane, values: Option<&Path>) -> Result<String> {
     let chart = chart();
     let chart = chart.to_string_lossy();
     let mut args = vec!["template", "noexecute", &chart, "--namespace", "noexecute"];
+    args.extend(MONITORING_APIS);
     let values = values.map(|v| v.to_string_lossy().into_owned());
     if let Some(v) = &values {
         args.extend(["--values", v]);
@@ -103,15 +113,14 @@ fn template(plane: &Plane, values: Option<&Path>) -> Result<String> {
     run(&helm(plane)?, &args, &[])
 }
 
-/// The one object of `kind` in `helm template RELEASE CHART --set SET`.
+/// The one object of `kind` in `helm template RELEASE CHART --set SET`, with the monitoring
+/// APIs served.
 fn rendered(plane: &Plane, release: &str, set: &str, kind: &str) -> Result<serde_yaml_ng::Value> {
     let chart = chart();
     let chart = chart.to_string_lossy();
-    let out = run(
-        &helm(plane)?,
-        &["template", release, &chart, "--set", set],
-        &[],
-    )?;
+    let mut args = vec!["template", release, &chart, "--set", set];
+    args.extend(MONITORING_APIS);
+    let out = run(&helm(plane)?, &args, &[])?;
     Ok(find(&documents(&out)?, kind)?.clone())
 }
 
@@ -460,6 +469,20 @@ fn the_disruption_budget_never_blocks_a_drain_of_a_single_replica() -> Result<()
 
 /// The PrometheusRule: alerts can be switched off one by one (a misspelt name fails the
 /// rendering), and `NoexecuteAbsent` looks for this release's job, not any noexecute at all.
+/// Every rule of a rendered PrometheusRule, group by group.
+fn rules_of(rule: &serde_yaml_ng::Value) -> impl Iterator<Item = &serde_yaml_ng::Value> {
+    field(rule, &["spec", "groups"])
+        .and_then(|g| g.as_sequence())
+        .into_iter()
+        .flatten()
+        .flat_map(|g| {
+            g.get("rules")
+                .and_then(|r| r.as_sequence())
+                .into_iter()
+                .flatten()
+        })
+}
+
 #[test]
 fn alerts_can_be_switched_off_and_absence_is_scoped_to_the_job() -> Result<()> {
     let plane = Plane::shared(PLANE, &[])?;
@@ -471,17 +494,9 @@ fn alerts_can_be_switched_off_and_absence_is_scoped_to_the_job() -> Result<()> {
             "PrometheusRule",
         )
     };
+    // (name, expression) of every alert.
     let alerts = |rule: &serde_yaml_ng::Value| -> Vec<(String, String)> {
-        field(rule, &["spec", "groups"])
-            .and_then(|g| g.as_sequence())
-            .into_iter()
-            .flatten()
-            .flat_map(|g| {
-                g.get("rules")
-                    .and_then(|r| r.as_sequence())
-                    .into_iter()
-                    .flatten()
-            })
+        rules_of(rule)
             .map(|r| {
                 (
                     text(r, &["alert"]).to_string(),
@@ -519,5 +534,180 @@ fn alerts_can_be_switched_off_and_absence_is_scoped_to_the_job() -> Result<()> {
         misspelt.contains("no alert is named NoexecuteEvictionLate"),
         "{misspelt}"
     );
+    // The runbook links point at a mirror when asked, every one of them.
+    let mirrored = rule("prometheusRule.runbookBaseUrl=https://wiki.example.com/ops")?;
+    let urls: Vec<String> = rules_of(&mirrored)
+        .map(|r| text(r, &["annotations", "runbook_url"]).to_string())
+        .collect();
+    assert_eq!(urls.len(), all.len());
+    assert!(
+        urls.iter()
+            .all(|u| u.starts_with("https://wiki.example.com/ops#noexecute")),
+        "{urls:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn monitoring_objects_are_left_out_where_their_api_is_not_served() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let set = "serviceMonitor.enabled=true,prometheusRule.enabled=true";
+    let kinds = |extra: &[&str]| -> Result<Vec<String>> {
+        let mut args = vec!["template", "noexecute", &chart, "--set", set];
+        args.extend(extra);
+        let out = run(&helm(plane)?, &args, &[])?;
+        Ok(documents(&out)?
+            .iter()
+            .map(|d| text(d, &["kind"]).to_string())
+            .filter(|k| k == "ServiceMonitor" || k == "PrometheusRule")
+            .collect())
+    };
+    // A cluster without prometheus-operator: enabled, but nothing to install them into.
+    assert_eq!(kinds(&[])?, Vec::<String>::new());
+    // Only the ServiceMonitor's API: only the ServiceMonitor.
+    assert_eq!(kinds(&MONITORING_APIS[..2])?, vec!["ServiceMonitor"]);
+    let mut both = kinds(&MONITORING_APIS)?;
+    both.sort();
+    assert_eq!(both, vec!["PrometheusRule", "ServiceMonitor"]);
+    Ok(())
+}
+
+#[test]
+fn probe_overrides_keep_the_chart_s_path_and_other_timings() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let deployment = rendered(
+        plane,
+        "noexecute",
+        "livenessProbe.failureThreshold=9,readinessProbe.periodSeconds=20,commonLabels.team=sre",
+        "Deployment",
+    )?;
+    let container = field(&deployment, &["spec", "template", "spec", "containers"])
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| anyhow!("no container"))?;
+    let num = |path: &[&str]| field(container, path).and_then(|v| v.as_u64());
+    assert_eq!(num(&["livenessProbe", "failureThreshold"]), Some(9));
+    assert_eq!(num(&["livenessProbe", "periodSeconds"]), Some(10));
+    assert_eq!(
+        text(container, &["livenessProbe", "httpGet", "path"]),
+        "/healthz"
+    );
+    assert_eq!(num(&["readinessProbe", "periodSeconds"]), Some(20));
+    assert_eq!(num(&["readinessProbe", "failureThreshold"]), Some(2));
+    assert_eq!(
+        text(container, &["readinessProbe", "httpGet", "path"]),
+        "/readyz"
+    );
+    assert_eq!(text(&deployment, &["metadata", "labels", "team"]), "sre");
+    // commonLabels never reach the selector, which a Deployment cannot change.
+    assert!(field(&deployment, &["spec", "selector", "matchLabels", "team"]).is_none());
+    Ok(())
+}
+
+#[test]
+fn the_chart_readme_is_what_scripts_chart_readme_writes_from_values() -> Result<()> {
+    let root = repo_root();
+    let out = scratch("readme")?.join("README.md");
+    run(
+        &root.join("scripts/chart-readme"),
+        &[&out.to_string_lossy()],
+        &[],
+    )?;
+    let generated = std::fs::read_to_string(&out)?;
+    let committed = std::fs::read_to_string(root.join("deploy/helm/noexecute/README.md"))?;
+    assert!(
+        generated == committed,
+        "deploy/helm/noexecute/README.md is not generated from values.yaml: run scripts/chart-readme"
+    );
+    // Every value has its row.
+    let values = std::fs::read_to_string(root.join("deploy/helm/noexecute/values.yaml"))?;
+    for key in [
+        "commonLabels",
+        "networkPolicy.egress.apiServer.cidrs",
+        "policy.brakeThreshold",
+    ] {
+        assert!(
+            committed.contains(&format!("| `{key}` |")),
+            "no row for {key}"
+        );
+    }
+    assert!(values.contains("commonLabels:"));
+    Ok(())
+}
+
+#[test]
+fn helm_takes_over_the_plain_manifests_after_the_documented_annotations() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    // As applied by hand from deploy/ (docs/operating.md, "Deploy noexecute").
+    plane.install_rbac()?;
+    plane.kubectl(&["apply", "-f", "deploy/deployment.yaml"])?;
+    let uid = |plane: &Plane| {
+        plane.kubectl(&[
+            "get",
+            "deployment/noexecute",
+            "-n",
+            "noexecute",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+    };
+    let before = uid(plane)?;
+    let helm = helm(plane)?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let kubeconfig = plane.kubeconfig.to_string_lossy();
+    let install = [
+        "install",
+        "noexecute",
+        &chart,
+        "--namespace",
+        "noexecute",
+        "--kubeconfig",
+        &kubeconfig,
+    ];
+    // Without the annotations Helm refuses objects it does not own.
+    let refused = run(&helm, &install, &[])
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(
+        refused.contains("invalid ownership metadata"),
+        "helm install over the plain manifests: {refused}"
+    );
+    // The documented loop.
+    let names = plane.kubectl(&[
+        "get",
+        "-f",
+        "deploy/rbac.yaml",
+        "-f",
+        "deploy/deployment.yaml",
+        "-o",
+        "name",
+    ])?;
+    for object in names.lines().filter(|l| !l.is_empty()) {
+        plane.kubectl(&[
+            "annotate",
+            object,
+            "-n",
+            "noexecute",
+            "--overwrite",
+            "meta.helm.sh/release-name=noexecute",
+            "meta.helm.sh/release-namespace=noexecute",
+        ])?;
+    }
+    let out = run(&helm, &install, &[])?;
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    // The same Deployment, now the release's: nothing was deleted and created again.
+    assert_eq!(uid(plane)?, before);
+    let managed = plane.kubectl(&[
+        "get",
+        "deployment/noexecute",
+        "-n",
+        "noexecute",
+        "-o",
+        "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name}",
+    ])?;
+    assert_eq!(managed.trim(), "noexecute");
     Ok(())
 }

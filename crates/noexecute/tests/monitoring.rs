@@ -168,6 +168,10 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
+/// docs/operating.md in the project's repository: every alert's `runbook_url` is a section of
+/// it (absolute, as Alertmanager and its receivers link it).
+const RUNBOOKS: &str = "https://github.com/noexecute/noexecute/blob/main/docs/operating.md";
+
 #[test]
 fn every_alert_has_a_severity_a_summary_a_description_and_a_runbook_section() -> Result<()> {
     let root = repo_root();
@@ -208,10 +212,13 @@ fn every_alert_has_a_severity_a_summary_a_description_and_a_runbook_section() ->
                 "{name}: no {key}"
             );
         }
-        let runbook = rule["annotations"]["runbook"].as_str().unwrap_or("");
-        let section = runbook.strip_prefix("docs/operating.md#").ok_or_else(|| {
-            anyhow!("{name}: runbook {runbook:?} is not a docs/operating.md section")
-        })?;
+        let runbook = rule["annotations"]["runbook_url"].as_str().unwrap_or("");
+        let section = runbook
+            .strip_prefix(RUNBOOKS)
+            .and_then(|r| r.strip_prefix('#'))
+            .ok_or_else(|| {
+                anyhow!("{name}: runbook_url {runbook:?} is not a section of {RUNBOOKS}")
+            })?;
         assert!(
             anchors.contains(section),
             "{name}: docs/operating.md has no section #{section}"
@@ -345,5 +352,41 @@ async fn every_metric_in_the_alerts_and_the_dashboard_is_exported() -> Result<()
         "metrics named in the alerts or the dashboard that the controller does not export:\n  {}\n/metrics:\n{metrics}",
         missing.join("\n  ")
     );
+    Ok(())
+}
+
+#[test]
+fn every_dashboard_query_is_scoped_to_the_chosen_cluster_namespace_and_job() -> Result<()> {
+    let dashboard = std::fs::read_to_string(repo_root().join("deploy/grafana/noexecute.json"))?;
+    let value: serde_json::Value = serde_json::from_str(&dashboard)?;
+    let mut exprs = Vec::new();
+    strings_under(&value, &["expr"], &mut exprs);
+    ensure!(!exprs.is_empty(), "the dashboard has no query");
+    for expr in exprs {
+        // Every selector of the query, not just one of them.
+        let selectors = expr.matches('{').count();
+        for scope in [
+            r#"cluster=~"$cluster""#,
+            r#"namespace=~"$namespace""#,
+            r#"job=~"$job""#,
+        ] {
+            ensure!(
+                expr.matches(scope).count() == selectors,
+                "{expr}: not every selector has {scope}"
+            );
+        }
+        // Aggregations keep the cluster apart.
+        ensure!(
+            !expr.contains("by (namespace") && !expr.contains("on (namespace"),
+            "{expr}: aggregates clusters together"
+        );
+    }
+    let variables: Vec<&str> = value["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(variables, ["datasource", "cluster", "namespace", "job"]);
     Ok(())
 }

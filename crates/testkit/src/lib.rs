@@ -822,15 +822,34 @@ impl Controller {
         name: &str,
         args: &[&str],
     ) -> Result<Controller> {
+        let binary = binary.to_string_lossy();
+        Controller::start_via(plane, &[&binary], &plane.controller_kubeconfig, name, args)
+    }
+
+    /// `run` through a launcher: `launcher[0]` is the program and the rest its arguments
+    /// before `run` (e.g. `chroot --userspec=65532:65532 ROOTFS /noexecute`). `kubeconfig` is
+    /// the path of the controller's kubeconfig as the controller sees it. Like
+    /// [`Controller::start_secure`], the admin server serves TLS unless `args` say otherwise.
+    pub fn start_via(
+        plane: &Plane,
+        launcher: &[&str],
+        kubeconfig: &Path,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Controller> {
+        let (program, before) = launcher
+            .split_first()
+            .ok_or_else(|| anyhow!("an empty launcher"))?;
         let port = free_port()?;
         let admin: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let log = plane.state_dir.join(format!("controller-{name}.log"));
         let out = std::fs::File::create(&log)?;
         let err = out.try_clone()?;
-        let child = tokio::process::Command::new(binary)
+        let child = tokio::process::Command::new(program)
+            .args(before)
             .arg("run")
             .arg("--kubeconfig")
-            .arg(&plane.controller_kubeconfig)
+            .arg(kubeconfig)
             .arg("--admin-addr")
             .arg(admin.to_string())
             .arg("--leader-elect-namespace")
@@ -841,7 +860,7 @@ impl Controller {
             .stderr(err)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .with_context(|| format!("starting {}", launcher.join(" ")))?;
         Ok(Controller { child, admin, log })
     }
 

@@ -21,11 +21,27 @@ Object names: the release name when it already contains the chart name (a releas
 {{- end -}}
 {{- end -}}
 
-{{/* Labels of every object. */}}
+{{/* Labels of every object: Helm's recommended ones, then commonLabels. */}}
 {{- define "noexecute.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ include "noexecute.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: noexecute
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A probe: the chart's timings, with livenessProbe/readinessProbe's keys over them. */}}
+{{- define "noexecute.probe" -}}
+{{- $root := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- $defaults := index . 2 -}}
+{{- $overrides := index . 3 | default dict -}}
+{{- $probe := dict "httpGet" (dict "path" $path "port" "admin" "scheme" (include "noexecute.adminScheme" $root | upper)) -}}
+{{- toYaml (merge $probe (deepCopy $overrides) $defaults) -}}
 {{- end -}}
 
 {{/* What selects the controller's pods (Deployment, PDB, Service, spread constraints). */}}
