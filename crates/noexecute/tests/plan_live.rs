@@ -29,7 +29,7 @@ async fn plan_and_explain_read_the_live_cluster() -> Result<()> {
             "--taint",
             &taint,
             "-o",
-            "json",
+            "jsonl",
         ])
         .output()?;
     assert!(

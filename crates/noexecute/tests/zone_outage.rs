@@ -151,7 +151,7 @@ fn predict_zone_a(plane: &Plane, namespace: &str) -> Result<BTreeMap<String, f64
             "topology.kubernetes.io/zone=zone-a",
             "node.kubernetes.io/unreachable:NoExecute",
             "-o",
-            "json",
+            "jsonl",
         ])
         .output()?;
     anyhow::ensure!(
