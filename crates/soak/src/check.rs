@@ -3,7 +3,9 @@
 //!
 //! Kinds of violation:
 //! - **wrong**: a pod deleted, evicted or marked while no untolerated or expired taint on its
-//!   node justified it at any time in the `slack` before the request arrived;
+//!   node justified it at any time in the `slack` before the request arrived (or, if a fault
+//!   delayed the writer's watches without an error it could notice, before the fault began:
+//!   `view_since` with `Hidden::Undetectable`);
 //! - **late** / **missed**: a pod still on a node whose taints kept demanding its eviction,
 //!   `slack` after its deadline, not counting time no replica could act (no valid Lease, a
 //!   fault window and its recovery), the brake held, or the rate limits queued it; late if the
@@ -272,12 +274,23 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         if pod.gone.is_some_and(|g| g < w.received) {
             continue;
         }
-        if !justified(cfg, pod, &runs[i], w.received) {
+        let seen = view_since(h, cfg, &w.replica, w.received, Hidden::Undetectable);
+        // A view that lagged further than the slack may have judged a new pod on its node as
+        // it was before the pod came.
+        let lagged = (seen < w.received - cfg.slack_ms * 1000)
+            .then(|| runs_in(segments_from(h, cfg, pod, seen)));
+        if !justified(
+            cfg,
+            pod,
+            lagged.as_deref().unwrap_or(&runs[i]),
+            w.received,
+            seen,
+        ) {
             report.violations.push(Violation {
                 kind: Kind::Wrong,
                 at: w.received,
                 what: format!(
-                    "{:?} of {}/{} (uid {}) by {} at {}: nothing on node {} demanded it in the {} ms before",
+                    "{:?} of {}/{} (uid {}) by {} at {}: nothing on node {} demanded it in the {} ms before (since {})",
                     w.kind,
                     pod.namespace,
                     pod.name,
@@ -285,7 +298,8 @@ pub fn check(h: &History, cfg: &Config) -> Report {
                     w.replica,
                     show_time(w.received),
                     pod.node.as_deref().unwrap_or("(none)"),
-                    cfg.slack_ms
+                    cfg.slack_ms,
+                    show_time(seen)
                 ),
                 history: pod_history(h, pod, w.received),
                 after_restart: false,
@@ -458,7 +472,7 @@ pub fn check(h: &History, cfg: &Config) -> Report {
     // watchers may see it up to `early` before: a start that close to the end is not judged.
     let early = cfg.early_ms * 1000;
     for &(t, i, replica) in &starts {
-        let seen = view_since(h, cfg, replica, t);
+        let seen = view_since(h, cfg, replica, t, Hidden::Any);
         if brake.iter().any(|&(a, b)| a <= seen && t + early < b) {
             let pod = &h.pods[i];
             report.violations.push(Violation {
@@ -516,9 +530,17 @@ fn excluded(cfg: &Config, pod: &Pod) -> bool {
 
 /// The pod's stay on its node in stretches of equal demand.
 fn segments(h: &History, cfg: &Config, pod: &Pod) -> Vec<Seg> {
+    segments_from(h, cfg, pod, Micros::MAX)
+}
+
+/// The pod's segments, from its binding or from `from` if that is earlier: what its node
+/// demanded of its tolerations before it was bound (a writer whose view of the node lagged
+/// may have judged a new pod on the node as it was before).
+fn segments_from(h: &History, cfg: &Config, pod: &Pod, from: Micros) -> Vec<Seg> {
     let (Some(node), Some(bound)) = (pod.node.as_deref(), pod.bound) else {
         return Vec::new();
     };
+    let bound = bound.min(from);
     let end = pod.gone.unwrap_or(h.end);
     if end <= bound {
         return Vec::new();
@@ -570,9 +592,13 @@ fn segments(h: &History, cfg: &Config, pod: &Pod) -> Vec<Seg> {
 }
 
 fn runs_of(h: &History, cfg: &Config, pod: &Pod) -> Vec<Run> {
+    runs_in(segments(h, cfg, pod))
+}
+
+fn runs_in(segments: Vec<Seg>) -> Vec<Run> {
     let mut runs: Vec<Run> = Vec::new();
     let mut current: Option<Run> = None;
-    for seg in segments(h, cfg, pod) {
+    for seg in segments {
         let demanding = seg.watched && seg.demand != Demand::Stay;
         if demanding {
             match current.as_mut() {
@@ -631,15 +657,15 @@ fn due(cfg: &Config, run: &Run) -> Option<Micros> {
 }
 
 /// Whether an eviction of `pod` requested at `t` had a reason: some run of its stay that
-/// reached into the slack before `t` had, by `t`, an untolerated taint or a countdown (any
-/// of its countdowns: the lenient reading) that had run out.
-fn justified(cfg: &Config, pod: &Pod, runs: &[Run], t: Micros) -> bool {
-    let slack = cfg.slack_ms * 1000;
+/// reached into what the writer may still have been seeing (`seen`: the slack before `t`, or
+/// earlier under a fault that delayed its view unannounced) had, by `t`, an untolerated taint
+/// or a countdown (any of its countdowns: the lenient reading) that had run out.
+fn justified(cfg: &Config, pod: &Pod, runs: &[Run], t: Micros, seen: Micros) -> bool {
     // The log stamps a write when its response is complete; watchers may have seen it a
     // little before, so a demand may begin up to `early` after the request that follows it.
     let early = cfg.early_ms * 1000;
     runs.iter()
-        .filter(|r| r.start <= t + early && r.end >= t - slack)
+        .filter(|r| r.start <= t + early && r.end >= seen)
         .any(|run| earliest_due(cfg, run, t + early) <= t + early)
         && pod.bound.is_some_and(|b| b <= t)
 }
@@ -840,14 +866,26 @@ pub fn fault_windows(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
         .collect()
 }
 
+/// Which faults may have held up a replica's view.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Hidden {
+    /// Every fault that stopped or delayed what it sees (the brake binds a replica only from
+    /// what it could have seen).
+    Any,
+    /// Only the faults that delay its watches without an error: a connection slowed or
+    /// delayed. A replica is told of the others (a frozen one by its lapsed term, a cut or
+    /// reset connection and a restarting plane by failing watches) and must not act on a
+    /// view it knows is stale; a wrong eviction is excused by these alone.
+    Undetectable,
+}
+
 /// The oldest moment whose nodes `replica` may still have been acting on at `t`: `slack`
 /// before it. While a fault stopped what that replica sees (it was frozen, its connection cut
 /// or slowed to a trickle, the plane restarting) and `recovery` after, `slack` before the fault
 /// began: a watch delivers what it buffered only when the fault ends. While its connection was
 /// delayed or reset, events still came, late by at most `recovery` more (a delay is at most
-/// 2.5 s down and 1 s up; a reset costs a reconnect). A policy over every node (the brake)
-/// binds a replica only from what it could have seen.
-fn view_since(h: &History, cfg: &Config, replica: &str, t: Micros) -> Micros {
+/// 2.5 s down and 1 s up; a reset costs a reconnect). `hidden` says which faults count.
+fn view_since(h: &History, cfg: &Config, replica: &str, t: Micros, hidden: Hidden) -> Micros {
     let slack = cfg.slack_ms * 1000;
     let recovery = cfg.recovery_ms * 1000;
     let mine = |target: &str| {
@@ -857,6 +895,9 @@ fn view_since(h: &History, cfg: &Config, replica: &str, t: Micros) -> Micros {
     };
     cfg.faults
         .iter()
+        .filter(|f| {
+            hidden == Hidden::Any || matches!(f.kind.as_str(), "proxy-slow" | "proxy-latency")
+        })
         .filter_map(|f| {
             let (until, lagged) = match f.kind.as_str() {
                 "freeze" | "proxy-cut" | "proxy-slow" if mine(&f.target) => {

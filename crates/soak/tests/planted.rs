@@ -625,3 +625,96 @@ fn a_budget_s_refusal_excuses_waiting_out_the_pdb_timeout_and_no_more() {
     // A refusal that came after the eviction was already late excuses nothing.
     only(&judge(&budget(55.0, 27.0), &cfg), Kind::Late, 1);
 }
+
+/// The seed-11 finding the controller could not see: its connection slowed, it fired a
+/// countdown from a `timeAdded` that node-lifecycle-controller had just re-stamped. n1's `k`
+/// (from 10 s, p5 tolerates it 8 s: due 18 s) goes at 16 s and comes back at 16.5 s with a new
+/// `timeAdded` (due 24.5 s); a deletes p5 at 21 s.
+#[test]
+fn a_delayed_view_excuses_a_wrong_eviction_only_when_nothing_told_the_writer() {
+    use noexecute_soak::faults::Fault;
+    let fault = |kind: &str, target: &str, from: f64, to: f64| Fault {
+        kind: kind.into(),
+        target: target.into(),
+        start: 1_800_000_000 * S + (from * 1e6) as i64,
+        end: 1_800_000_000 * S + (to * 1e6) as i64,
+        disruptive: false,
+    };
+    let mut log = baseline();
+    log.pod(
+        3.0,
+        "t",
+        "p5",
+        "n1",
+        json!([{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 8}]),
+    );
+    log.node(16.0, "n1", &[]).node(16.5, "n1", &[("k", 16.5)]);
+    // p2's countdown (10 s) from the new stamp: due 26.5 s, not 20 s.
+    log.0
+        .retain(|l| !l.contains("\"p2\"") || l.contains("\"create\""));
+    log.mark(26.7, "a", "t", "p2").delete(26.8, "a", "t", "p2");
+    log.mark(21.0, "a", "t", "p5").delete(21.1, "a", "t", "p5");
+    let mut cfg = config();
+    // No fault: the re-stamp was 4.5 s old, older than the slack: wrong (the mark and the
+    // delete).
+    only(&judge(&log, &cfg), Kind::Wrong, 2);
+    // a's connection slowed from 15 s: a could not know its view lagged. Delayed, the same.
+    for kind in ["proxy-slow", "proxy-latency"] {
+        cfg.faults = vec![fault(kind, "a", 15.0, 22.0)];
+        let r = judge(&log, &cfg);
+        assert_eq!(r.count(Kind::Wrong), 0, "{kind}: {r}");
+    }
+    // Cut, or the plane restarting: a's watches failed, it knew its view was stale.
+    for (kind, target) in [
+        ("proxy-cut", "a"),
+        ("proxy-reset", "a"),
+        ("apiserver-restart", "plane"),
+    ] {
+        cfg.faults = vec![fault(kind, target, 15.0, 22.0)];
+        assert_eq!(judge(&log, &cfg).count(Kind::Wrong), 2, "{kind}");
+    }
+    // The other replica's connection slowed: a saw the re-stamp.
+    cfg.faults = vec![fault("proxy-slow", "b", 15.0, 22.0)];
+    assert_eq!(judge(&log, &cfg).count(Kind::Wrong), 2);
+    // Slowed only after the re-stamp was older than the slack.
+    cfg.faults = vec![fault("proxy-slow", "a", 20.0, 22.0)];
+    assert_eq!(judge(&log, &cfg).count(Kind::Wrong), 2);
+}
+
+/// The seed-11 pod exactly: created after the re-stamp, so its own stay never saw the old
+/// `timeAdded`; a's lagging view of n1 did. n1's `k` from 10 s, re-stamped at 16.5 s; p6
+/// (tolerates k 8 s) comes at 17 s (due 24.5 s); a deletes it at 18.2 s, as due from 10 s.
+#[test]
+fn a_delayed_view_may_judge_a_new_pod_on_its_node_as_it_was_before() {
+    use noexecute_soak::faults::Fault;
+    let mut log = baseline();
+    log.node(16.0, "n1", &[]).node(16.5, "n1", &[("k", 16.5)]);
+    log.0
+        .retain(|l| !l.contains("\"p2\"") || l.contains("\"create\""));
+    log.mark(26.7, "a", "t", "p2").delete(26.8, "a", "t", "p2");
+    log.pod(
+        17.0,
+        "t",
+        "p6",
+        "n1",
+        json!([{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 8}]),
+    );
+    log.mark(20.2, "a", "t", "p6").delete(20.3, "a", "t", "p6");
+    let mut cfg = config();
+    only(&judge(&log, &cfg), Kind::Wrong, 2);
+    let slowed = |target: &str, from: f64| Fault {
+        kind: "proxy-slow".into(),
+        target: target.into(),
+        start: 1_800_000_000 * S + (from * 1e6) as i64,
+        end: 1_800_000_000 * S + 21 * S,
+        disruptive: false,
+    };
+    cfg.faults = vec![slowed("a", 15.5)];
+    let r = judge(&log, &cfg);
+    assert_eq!(r.count(Kind::Wrong), 0, "{r}");
+    // b's connection, or a's slowed only after the re-stamp: wrong.
+    cfg.faults = vec![slowed("b", 15.5)];
+    assert_eq!(judge(&log, &cfg).count(Kind::Wrong), 2);
+    cfg.faults = vec![slowed("a", 19.8)];
+    assert_eq!(judge(&log, &cfg).count(Kind::Wrong), 2);
+}
