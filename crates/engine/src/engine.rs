@@ -446,14 +446,16 @@ impl Engine {
             Outcome::Gone => pod.eviction = None,
             Outcome::Stale { cache_moved } => {
                 pod.eviction = None;
-                let immediate = self
+                let due_now = self
                     .current_cause(id)
-                    .is_none_or(|c| c.verdict.is_immediate());
+                    .is_none_or(|c| self.due_at_once(&c, now));
                 // A fresh read that contradicts a cache which has not moved since is newer than
                 // the cache: the watch has the change on its way, and its node update decides
-                // the pod again. A cache that moved after the attempt began may be the newer:
-                // decide on it now (an immediate verdict is re-read by the next attempt).
-                if !immediate || cache_moved {
+                // the pod again. Deciding again on that cache would only make the same eviction
+                // due at once and read the node again, over and over until the watch caught up.
+                // A cache that moved after the attempt began may be the newer: decide on it now
+                // (an eviction due at once is re-read by the next attempt).
+                if !due_now || cache_moved {
                     self.evaluate(id, now, out);
                 }
             }
@@ -615,6 +617,22 @@ impl Engine {
     }
 
     /// Why the pod would be evicted given what is known now.
+    /// Whether `cause` makes an eviction due at `now`: a taint not tolerated (or for 0 s), or,
+    /// with deadlines from `timeAdded`, a countdown already run out.
+    fn due_at_once(&self, cause: &Cause, now: Time) -> bool {
+        match cause.verdict {
+            v if v.is_immediate() => true,
+            Verdict::Tolerated {
+                time: TolerationTime::After(d),
+                limit,
+            } => {
+                let taint = limit.and_then(|(t, _)| cause.taints.get(t));
+                self.config.deadline(now, d, taint) <= now
+            }
+            _ => false,
+        }
+    }
+
     fn current_cause(&self, id: PodId) -> Option<Cause> {
         let pod = self.pod(id);
         if pod.node == NO_NODE {

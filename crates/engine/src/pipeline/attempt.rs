@@ -72,12 +72,25 @@ pub enum Finish {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct StaleGuard {
     pub(super) engine: Config,
+    /// The eviction is a countdown that ran out on the timer (it starts while the node cache
+    /// is known to be stale): with upstream's deadlines, counted from when the controller
+    /// first saw the taint, a fresh read cannot recompute it, and a taint the pod still
+    /// tolerates for a while keeps it, as upstream keeps a countdown once begun.
+    pub(super) countdown: bool,
 }
 
 impl StaleGuard {
     /// The guard with the engine's switches (the `Lt`/`Gt` operators, restart-safe deadlines).
     pub fn new(engine: Config) -> StaleGuard {
-        StaleGuard { engine }
+        StaleGuard {
+            engine,
+            countdown: false,
+        }
+    }
+
+    /// The same guard for a countdown that ran out on the timer.
+    pub fn with_countdown(self, countdown: bool) -> StaleGuard {
+        StaleGuard { countdown, ..self }
     }
 
     /// Whether the node as read fresh at `now` still justifies evicting a pod with these
@@ -110,6 +123,9 @@ impl StaleGuard {
                 time: TolerationTime::After(d),
                 limit,
             } => {
+                if self.countdown && !self.engine.deadline_from_time_added {
+                    return true;
+                }
                 let taint = limit.and_then(|(t, _)| no_execute.get(t));
                 self.engine.deadline(now, d, taint) <= now
             }

@@ -251,6 +251,9 @@ struct Listing<K> {
     active: bool,
     seen: HashSet<K>,
     done_once: bool,
+    /// The watch failed, and has delivered nothing live nor completed a listing since: what
+    /// the cache holds may be older than the failure.
+    failed: bool,
 }
 
 /// The pure controller core. See the module documentation.
@@ -525,6 +528,26 @@ impl Pipeline {
         self.settle(now);
     }
 
+    /// A watch failed (an error from the API server or the connection): until it delivers a
+    /// live change or completes a listing, its cache may be stale. A stale node cache makes
+    /// the stale-cache guard read the node before every eviction that starts meanwhile
+    /// (`node_view_stale`).
+    pub fn watch_failed(&mut self, what: Watched) {
+        match what {
+            Watched::Nodes => self.nodes.failed = true,
+            // A pod the cache has wrong is caught by the UID (and resourceVersion)
+            // preconditions of every write; its node binding and tolerations do not change.
+            Watched::Pods => {}
+        }
+    }
+
+    /// Whether this replica's node cache is known to be stale: its node watch failed and has
+    /// not recovered, or it is relisting (a `410 Gone` after a failure; the first listing is
+    /// not counted, as nothing acts before it completes).
+    pub fn node_view_stale(&self) -> bool {
+        self.nodes.failed || (self.nodes.active && self.nodes.done_once)
+    }
+
     /// A listing (initial or relist) of a watch began.
     pub fn listing_started(&mut self, what: Watched) {
         match what {
@@ -558,6 +581,7 @@ impl Pipeline {
                     active: false,
                     seen: HashSet::new(),
                     done_once: true,
+                    failed: false,
                 };
                 gone.len()
             }
@@ -585,6 +609,7 @@ impl Pipeline {
                     active: false,
                     seen: HashSet::new(),
                     done_once: true,
+                    failed: false,
                 };
                 gone.len()
             }
@@ -601,6 +626,9 @@ impl Pipeline {
         self.begin(now);
         if self.nodes.active {
             self.nodes.seen.insert(node.name.clone());
+        } else {
+            // A live change: the watch resumed where it stopped.
+            self.nodes.failed = false;
         }
         // The release first: the decisions this update brings start (or are held) under it.
         self.set_node_released(&node.name, released);
@@ -612,6 +640,9 @@ impl Pipeline {
     /// A node was deleted. Its pods' pending evictions stay, as upstream's do.
     pub fn delete_node(&mut self, name: &str, now: Time) {
         self.begin(now);
+        if !self.nodes.active {
+            self.nodes.failed = false;
+        }
         self.delete_node_inner(name, now);
         self.settle(now);
     }
@@ -1334,8 +1365,17 @@ impl Pipeline {
             return Plan::PatchThenDelete;
         };
         let evict_api = self.config.mode == EvictionMode::Evict;
-        let guard = (self.config.stale_cache_guard && entry.guarded)
-            .then_some(StaleGuard::new(self.config.engine));
+        // Decided on a pod event, or starting while the node cache is known to be stale (the
+        // soak found a new leader start evictions decided before a kube-apiserver restart,
+        // while its node watch relisted, 3 s after their taint had gone).
+        let guard = (self.config.stale_cache_guard && (entry.guarded || self.node_view_stale()))
+            .then(|| {
+                let countdown = entry
+                    .cause
+                    .as_ref()
+                    .is_some_and(|c| !c.verdict.is_immediate());
+                StaleGuard::new(self.config.engine).with_countdown(countdown && !entry.guarded)
+            });
         let fallback = evict_api
             && match (self.config.pdb_timeout, entry.refused_since) {
                 (Some(limit), Some(since)) => now.since(since) >= limit,

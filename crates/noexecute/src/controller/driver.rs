@@ -28,7 +28,7 @@ use super::executor::{Control, Executor};
 use super::lease::{self, Leadership};
 use super::metrics::Metrics;
 use super::ratelimit::{Priority, RateLimiter};
-use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watches};
+use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watch, Watches};
 use crate::adapters::convert;
 
 /// The heartbeat's period: the loop turns at least this often.
@@ -137,7 +137,7 @@ impl Driver {
     /// A taint eviction controller's Event. Whether it is another's is the pipeline's to say:
     /// noexecute's Events name their Lease, upstream's do not.
     fn taint_event(&mut self, event: TaintEvent) {
-        let (watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event else {
+        let Watch::Event(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event else {
             return;
         };
         let announces = e.reason.as_deref() == Some(TAINT_EVENT_REASON)
@@ -327,6 +327,10 @@ impl Driver {
 
     fn node_event(&mut self, event: NodeEvent) {
         let now = self.clock.now();
+        let event = match event {
+            Watch::Event(event) => event,
+            Watch::Failed => return self.pipeline.watch_failed(Watched::Nodes),
+        };
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Nodes),
             watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
@@ -361,6 +365,10 @@ impl Driver {
 
     fn pod_event(&mut self, event: PodEvent) {
         let now = self.clock.now();
+        let event = match event {
+            Watch::Event(event) => event,
+            Watch::Failed => return self.pipeline.watch_failed(Watched::Pods),
+        };
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Pods),
             watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {

@@ -4,8 +4,8 @@
 //!
 //! kube's watcher does the listing (paginated), resumes from the last resource version, and
 //! relists after `410 Gone` (emitting `Init`, `InitApply`…, `InitDone` again). Errors are
-//! counted as watch restarts and retried with backoff (`backoff`); the stream never ends on its
-//! own.
+//! counted as watch restarts, passed on as [`Watch::Failed`] (the core then knows the cache
+//! may be stale), and retried with backoff (`backoff`); the stream never ends on its own.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
@@ -19,10 +19,19 @@ use tokio_util::sync::CancellationToken;
 use super::metrics::Metrics;
 use crate::adapters::slim::{self, SlimNode, SlimPod};
 
-pub type NodeEvent = watcher::Event<SlimNode>;
-pub type PodEvent = watcher::Event<SlimPod>;
+/// What a watch delivers: its events, and word of each failure (it retries on its own).
+#[derive(Debug)]
+pub enum Watch<K> {
+    Event(watcher::Event<K>),
+    /// A list or watch request failed: until the watch delivers again, what it delivered may
+    /// be stale.
+    Failed,
+}
+
+pub type NodeEvent = Watch<SlimNode>;
+pub type PodEvent = Watch<SlimPod>;
 /// A taint eviction controller's Event (reason `TaintManagerEviction`), ours or another's.
-pub type TaintEvent = watcher::Event<Event>;
+pub type TaintEvent = Watch<Event>;
 
 /// The reason of upstream's (and noexecute's) Events about the pods they evict.
 pub const TAINT_EVENT_REASON: &str = "TaintManagerEviction";
@@ -38,7 +47,7 @@ async fn forward<K>(
     api: Api<K>,
     config: watcher::Config,
     resource: &'static str,
-    tx: mpsc::Sender<watcher::Event<K>>,
+    tx: mpsc::Sender<Watch<K>>,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) where
@@ -52,13 +61,16 @@ async fn forward<K>(
         };
         match item {
             Some(Ok(event)) => {
-                if tx.send(event).await.is_err() {
+                if tx.send(Watch::Event(event)).await.is_err() {
                     return;
                 }
             }
             Some(Err(e)) => {
                 metrics.watch_restart(resource);
                 tracing::warn!(resource, error = %e, "watch failed; retrying with backoff");
+                if tx.send(Watch::Failed).await.is_err() {
+                    return;
+                }
             }
             None => return,
         }
