@@ -155,8 +155,9 @@ pub struct ActionArgs {
     /// never fall back.
     #[arg(long, env = "NOEXECUTE_PDB_TIMEOUT", value_parser = duration)]
     pub pdb_timeout: Option<Duration>,
-    /// Before an eviction a pod event found due at once, confirm it against a fresh read of
-    /// the node (closes kubernetes/kubernetes#119862). On by default.
+    /// Before an eviction a pod event found due at once, and before every eviction while the
+    /// node watch is down, confirm it against a fresh read of the node (closes
+    /// kubernetes/kubernetes#119862). On by default.
     #[arg(long, env = "NOEXECUTE_STALE_CACHE_GUARD", action = clap::ArgAction::Set)]
     pub stale_cache_guard: Option<bool>,
 }
