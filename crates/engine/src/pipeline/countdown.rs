@@ -22,6 +22,8 @@ pub enum Held {
     Brake,
     /// Due, waiting for an executor slot (or for an earlier attempt on the pod).
     Queued,
+    /// Due, waiting out the handover delay (`--handover-delay`) until `until`.
+    Handover { until: Time },
     /// Being evicted now.
     InFlight,
     /// An attempt failed; the next is due at `at`.
@@ -36,6 +38,7 @@ impl Held {
             Held::Pacing => "pacing",
             Held::Brake => "brake",
             Held::Queued => "queued",
+            Held::Handover { .. } => "handover",
             Held::InFlight => "in-flight",
             Held::Retrying { .. } => "retrying",
         }
@@ -107,6 +110,7 @@ impl Pipeline {
                         _ => Held::Counting,
                     },
                     Some(Where::Parked) => Held::Parked,
+                    Some(Where::Deferred(until)) => Held::Handover { until: *until },
                     Some(Where::Paced | Where::Queued(_) | Where::WaitingForPod)
                         if self.pacer.brake_holds(node) =>
                     {

@@ -94,6 +94,10 @@ pub struct PipelineConfig {
     pub lease: Option<String>,
     /// Stop acting (until restarted) once another taint eviction controller is seen.
     pub refuse_if_foreign: bool,
+    /// `--handover-delay`: while upstream's controller may still be running (the switch to
+    /// noexecute, or back), start each eviction this long after it fell due, reading the pod
+    /// first, so that whichever controller still runs evicts it, and only once.
+    pub handover: Option<Duration>,
 }
 
 impl Default for PipelineConfig {
@@ -112,6 +116,7 @@ impl Default for PipelineConfig {
             tick_batch: TICK_BATCH,
             lease: None,
             refuse_if_foreign: false,
+            handover: None,
         }
     }
 }
@@ -202,6 +207,8 @@ pub enum Watched {
 enum Where {
     /// Decided while this replica may not act.
     Parked,
+    /// Held for the handover delay until this instant.
+    Deferred(Time),
     /// In the pacer.
     Paced,
     /// Released by the pacer, waiting for an executor slot (at this place in its queue).
@@ -264,6 +271,8 @@ pub struct Pipeline {
     pacer: Pacer<EvictionId>,
     entries: HashMap<EvictionId, Entry>,
     parked: BTreeSet<EvictionId>,
+    /// Evictions held for the handover delay, by when it ends.
+    deferred: BTreeSet<(Time, EvictionId)>,
     queue: Queue,
     flights: HashMap<AttemptId, Flight>,
     /// Pods with an attempt in flight.
@@ -298,6 +307,7 @@ impl Pipeline {
             pacer,
             entries: HashMap::new(),
             parked: BTreeSet::new(),
+            deferred: BTreeSet::new(),
             queue: Queue::default(),
             flights: HashMap::new(),
             busy: HashMap::new(),
@@ -510,7 +520,8 @@ impl Pipeline {
             None
         };
         let term = self.term.map(|t| t.until).filter(|t| *t != Time::MAX);
-        [engine, pacer, term].into_iter().flatten().min()
+        let deferred = self.deferred.first().map(|(t, _)| *t);
+        [engine, pacer, term, deferred].into_iter().flatten().min()
     }
 
     // === Inputs ===
@@ -525,6 +536,7 @@ impl Pipeline {
         let batch = self.config.tick_batch.max(1);
         self.engine.advance_at_most(now, batch, &mut self.actions);
         self.absorb(now, false);
+        self.undefer(now);
         self.settle(now);
     }
 
@@ -892,6 +904,30 @@ impl Pipeline {
         self.guard.expire(now);
         self.engine.advance(now, &mut self.actions);
         self.absorb(now, false);
+        self.undefer(now);
+    }
+
+    /// Evictions whose handover delay has passed go on, as if they fell due now.
+    fn undefer(&mut self, now: Time) {
+        let mut ids = Vec::new();
+        while let Some(&(until, id)) = self.deferred.first()
+            && until <= now
+        {
+            self.deferred.pop_first();
+            ids.push(id);
+        }
+        if ids.is_empty() {
+            return;
+        }
+        for &id in &ids {
+            self.requeue(id, now);
+        }
+        if self.may_act() {
+            self.pace(now);
+            for id in ids {
+                self.announce_held(id);
+            }
+        }
     }
 
     fn expire_term(&mut self, now: Time) {
@@ -1102,6 +1138,9 @@ impl Pipeline {
             Where::Parked => {
                 self.parked.remove(&eviction);
             }
+            Where::Deferred(until) => {
+                self.deferred.remove(&(until, eviction));
+            }
             Where::Paced => {
                 self.pacer.cancel(eviction);
             }
@@ -1189,6 +1228,16 @@ impl Pipeline {
                         }
                     }
                     self.effects.push_back(Effect::Decided(action.clone()));
+                    if let Some(delay) = self.config.handover.filter(|_| !*retry)
+                        && let Some(e) = self.entries.get_mut(&id)
+                        && e.at == Where::Parked
+                        && e.failures == 0
+                    {
+                        let until = now.plus(delay);
+                        e.at = Where::Deferred(until);
+                        self.deferred.insert((until, id));
+                        continue;
+                    }
                     self.requeue(id, now);
                     if self.may_act() {
                         self.pace(now);
@@ -1388,7 +1437,11 @@ impl Pipeline {
         } else {
             Finish::Delete { fallback }
         };
-        if entry.failures == 0 && guard.is_none() && finish == (Finish::Delete { fallback: false })
+        // In the handover, the pod is read first: the other controller may have evicted it.
+        if entry.failures == 0
+            && guard.is_none()
+            && self.config.handover.is_none()
+            && finish == (Finish::Delete { fallback: false })
         {
             Plan::PatchThenDelete
         } else {

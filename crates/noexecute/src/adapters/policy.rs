@@ -379,6 +379,7 @@ impl Policy {
             tick_batch: noexecute_engine::pipeline::TICK_BATCH,
             lease: None,
             refuse_if_foreign: false,
+            handover: None,
         }
     }
 

@@ -109,6 +109,17 @@ pub struct RunArgs {
     /// evicting pods on watched nodes. Without it the replica warns and goes on.
     #[arg(long, env = "NOEXECUTE_REFUSE_IF_FOREIGN")]
     pub refuse_if_foreign: bool,
+    /// For the switch to or from upstream's controller, while it may still run: start each
+    /// eviction this long after it falls due, reading the pod first, so that whichever
+    /// controller runs evicts it, once (see docs/operating.md, "The switch"). Unset: at once.
+    #[arg(
+        long,
+        env = "NOEXECUTE_HANDOVER_DELAY",
+        value_name = "DURATION",
+        value_parser = duration,
+        conflicts_with = "refuse_if_foreign"
+    )]
+    pub handover_delay: Option<Duration>,
     /// Elect a leader among replicas through a Lease.
     #[arg(long, env = "NOEXECUTE_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -396,6 +407,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let pipeline = Pipeline::new(noexecute_engine::PipelineConfig {
         lease: Some(lease_name),
         refuse_if_foreign: args.refuse_if_foreign,
+        handover: args.handover_delay,
         ..policy.pipeline_config(
             args.engine.comparison_operators,
             args.concurrency,

@@ -42,7 +42,7 @@ pub struct Pending {
     pub deadline: String,
     /// Seconds from `now` to the deadline (negative: due and held).
     pub in_seconds: f64,
-    /// counting, parked, pacing, brake, queued, in-flight or retrying.
+    /// counting, parked, pacing, brake, queued, handover, in-flight or retrying.
     pub held: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<String>,
