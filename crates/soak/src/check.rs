@@ -352,16 +352,41 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         }
     }
     ready.sort();
+    // Only an eviction still demanded when its turn comes (or carried out) takes its place in
+    // the queue: one whose demand ended first (a taint that came and went in a burst, the pod
+    // deleted by someone else) was cancelled while it waited, and costs the limits nothing. Charging it would let the queue run ahead of the
+    // controller for the rest of the soak and push later allowances past its end, unjudged.
     let mut queue = Queue::new(cfg);
-    let queued: Vec<Micros> = ready.iter().map(|&(at, ..)| queue.take(at)).collect();
+    let mut charged = vec![false; ready.len()];
+    let queued: Vec<Micros> = ready
+        .iter()
+        .enumerate()
+        .map(|(k, &(at, _, i, r))| {
+            let run = &runs[i][r];
+            let mut trial = queue.clone();
+            let start = trial.take(at);
+            // Its run ended in the controller's eviction: that took its place, whenever.
+            let evicted = acted_at
+                .get(&i)
+                .is_some_and(|&a| a >= run.start && a <= run.end);
+            if start < run.end || evicted {
+                queue = trial;
+                charged[k] = true;
+            }
+            start
+        })
+        .collect();
     // The order within a backlog is the controller's (deadline order, which with deadlines
     // from timeAdded is not the order in which evictions became ready): an eviction may wait
     // for any other of its backlog. So each may start as late as the backlog's last start.
-    // A backlog goes on while the next eviction is ready before the previous one started.
+    // A backlog goes on while the next eviction in the queue is ready before the previous
+    // one started.
     let mut backlog_end = queued.clone();
-    for k in (0..ready.len().saturating_sub(1)).rev() {
-        if ready[k + 1].0 <= queued[k] {
-            backlog_end[k] = backlog_end[k + 1];
+    let in_queue: Vec<usize> = (0..ready.len()).filter(|&k| charged[k]).collect();
+    for w in in_queue.windows(2).rev() {
+        let (k, next) = (w[0], w[1]);
+        if ready[next].0 <= queued[k] {
+            backlog_end[k] = backlog_end[next];
         }
     }
     for (k, (_, due, i, r)) in ready.into_iter().enumerate() {
@@ -1012,10 +1037,12 @@ fn advance(from: Micros, budget: Micros, blocked: &[(Micros, Micros)]) -> Micros
 
 /// The rate limits as queues: when the eviction due at `due` could start at the earliest,
 /// after every eviction due before it.
+#[derive(Clone)]
 struct Queue {
     buckets: Vec<Bucket>,
 }
 
+#[derive(Clone)]
 struct Bucket {
     rate: f64,
     burst: f64,

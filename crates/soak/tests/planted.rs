@@ -592,6 +592,39 @@ fn any_order_within_a_backlog_is_on_time_but_not_past_its_end() {
     assert!(r.to_string().contains("first late: v/q0"), "{r}");
 }
 
+/// A burst whose demand ended before its turn: n3 tainted from 50 s to 50.5 s under ten pods,
+/// one eviction a second. Only q0's turn comes while the taint holds; the other nine were
+/// cancelled while they waited and cost the queue nothing. w, on n4 tainted at 51 s, may start
+/// at 51 s (plus the slack), not behind the burst's nine (60 s). Deleted at `w_deleted`.
+fn burst(w_deleted: f64) -> (Log, Config) {
+    let mut log = baseline();
+    log.node(1.0, "n3", &[]).node(1.0, "n4", &[]);
+    for k in 0..10 {
+        log.pod(2.0, "v", &format!("q{k}"), "n3", json!([]));
+    }
+    log.pod(2.0, "v", "w", "n4", json!([]));
+    log.node(50.0, "n3", &[("k", 50.0)]).node(50.5, "n3", &[]);
+    log.node(51.0, "n4", &[("k", 51.0)]);
+    log.mark(w_deleted, "b", "v", "w")
+        .delete(w_deleted + 0.01, "b", "v", "w");
+    let mut cfg = config();
+    cfg.eviction_rate = Some((1.0, 1.0));
+    (log, cfg)
+}
+
+#[test]
+fn evictions_cancelled_while_they_waited_do_not_hold_up_the_queue() {
+    let (log, cfg) = burst(53.5);
+    let r = judge(&log, &cfg);
+    assert_eq!(r.total(), 0, "{r}");
+    // 6 s after it fell due: late, though the nine cancelled ones would have held the queue
+    // until 60 s had they been charged.
+    let (log, cfg) = burst(57.0);
+    let r = judge(&log, &cfg);
+    only(&r, Kind::Late, 1);
+    assert!(r.to_string().contains("first late: v/w"), "{r}");
+}
+
 /// p2's eviction (due at 20 s) refused by a budget from `first_refusal` on, and the pod
 /// deleted at `deleted`, once --pdb-timeout (10 s) and a retry have passed. n1 stays tainted.
 fn budget(deleted: f64, first_refusal: f64) -> Log {
