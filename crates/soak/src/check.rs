@@ -8,8 +8,9 @@
 //!   `view_since` with `Hidden::Undetectable`);
 //! - **late** / **missed**: a pod still on a node whose taints kept demanding its eviction,
 //!   `slack` after its deadline, not counting time no replica could act (no valid Lease, a
-//!   fault window and its recovery), the brake held, or the rate limits queued it; late if the
-//!   controller did evict it after that, missed if it never did;
+//!   fault window and its recovery), the brake held, or the rate limits queued it (a queue
+//!   that such time pauses, and that only evictions still demanded at their turn take a place
+//!   in); late if the controller did evict it after that, missed if it never did;
 //! - **duplicate**: two successful deletions or evictions of one pod UID by the controller;
 //! - **unfenced**: a write by a replica that arrived after another replica's first write in a
 //!   newer term (terms are the Lease's holders, in order);
@@ -364,7 +365,7 @@ pub fn check(h: &History, cfg: &Config) -> Report {
         .map(|(k, &(at, _, i, r))| {
             let run = &runs[i][r];
             let mut trial = queue.clone();
-            let start = trial.take(at);
+            let start = trial.take_unblocked(at, &blocked);
             // Its run ended in the controller's eviction: that took its place, whenever.
             let evicted = acted_at
                 .get(&i)
@@ -1070,6 +1071,24 @@ impl Queue {
             t = b.take(t);
         }
         t
+    }
+
+    /// [`Queue::take`], paused while no replica can act: a turn that falls in a blocked
+    /// window (an outage, the brake) comes at its end instead, behind the evictions already
+    /// waiting, so a backlog goes on through the block rather than ending in it.
+    fn take_unblocked(&mut self, due: Micros, blocked: &[(Micros, Micros)]) -> Micros {
+        let mut at = due;
+        loop {
+            let mut trial = self.clone();
+            let t = trial.take(at);
+            match blocked.iter().find(|(a, b)| *a <= t && t < *b) {
+                Some(&(_, end)) => at = end,
+                None => {
+                    *self = trial;
+                    return t;
+                }
+            }
+        }
     }
 }
 

@@ -625,6 +625,54 @@ fn evictions_cancelled_while_they_waited_do_not_hold_up_the_queue() {
     assert!(r.to_string().contains("first late: v/w"), "{r}");
 }
 
+/// A backlog across a block: q0..q19 on n3 tainted at 50 s, one eviction a second, the leader
+/// `b` frozen from 54 s to 60 s (more than the slack after they fell due, so they do not
+/// simply join when it ends). It evicts q0..q3 before the freeze and, from `resumed` on,
+/// q4..q19 a second apart.
+fn backlog_across_a_block(resumed: f64) -> (Log, Config) {
+    use noexecute_soak::faults::Fault;
+    let mut log = baseline();
+    log.node(1.0, "n3", &[]);
+    for k in 0..20 {
+        log.pod(2.0, "v", &format!("q{k}"), "n3", json!([]));
+    }
+    log.node(50.0, "n3", &[("k", 50.0)]);
+    for k in 0..20 {
+        let t = if k < 4 {
+            50.1 + k as f64
+        } else {
+            resumed + (k - 4) as f64
+        };
+        log.mark(t, "b", "v", &format!("q{k}"))
+            .delete(t + 0.01, "b", "v", &format!("q{k}"));
+    }
+    log.renewals(70.0, 90.0, "b");
+    let mut cfg = config();
+    cfg.eviction_rate = Some((1.0, 1.0));
+    cfg.faults = vec![Fault {
+        kind: "freeze".into(),
+        target: "b".into(),
+        start: 1_800_000_000 * S + 54_000_000,
+        end: 1_800_000_000 * S + 60_000_000,
+        disruptive: true,
+    }];
+    (log, cfg)
+}
+
+#[test]
+fn a_block_pauses_the_queue_and_the_backlog_goes_on_after_it() {
+    // At once after the thaw, one a second: the last (q19) at 75.1 s. The queue's turns that
+    // fell in the freeze come after it, so the backlog ends at 75 s: on time. (Turns taken
+    // as if nothing paused the queue end the backlog at 69 s, and q16..q19 were late.)
+    let (log, cfg) = backlog_across_a_block(60.1);
+    let r = judge(&log, &cfg);
+    assert_eq!(r.total(), 0, "{r}");
+    // Idle for 5 s after the thaw: q17, q18 and q19 (78.1 s to 80.1 s) are late.
+    let (log, cfg) = backlog_across_a_block(65.1);
+    let r = judge(&log, &cfg);
+    only(&r, Kind::Late, 3);
+}
+
 /// p2's eviction (due at 20 s) refused by a budget from `first_refusal` on, and the pod
 /// deleted at `deleted`, once --pdb-timeout (10 s) and a retry have passed. n1 stays tainted.
 fn budget(deleted: f64, first_refusal: f64) -> Log {
