@@ -377,3 +377,103 @@ async fn the_eviction_api_counts_a_budget_refusal_towards_the_pdb_timeout() {
             .starts_with("/api/v1/namespaces/ns/pods/p/eviction")
     );
 }
+
+/// A fake that answers by method: the pod on GET, the patched pod on PATCH, the pod
+/// terminating on DELETE; it records the order of requests.
+fn fake_by_method() -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let state = seen.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let state = state.clone();
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let body = match method.as_str() {
+                "GET" => pod_json("u1", "41", false),
+                "PATCH" => pod_json("u1", "42", false),
+                _ => pod_json("u1", "43", true),
+            };
+            state.lock().unwrap().push(Seen {
+                method,
+                path,
+                body: String::new(),
+            });
+            let response = Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    (kube::Client::new(service, "default"), seen)
+}
+
+/// Under a backlog (three careful attempts at once, 10 requests a second, a burst of one),
+/// each attempt's writes follow its read at once: it takes every token it may spend with the
+/// GET. Taking them one request at a time, all three GETs went first, then the patches, and
+/// each pod waited, marked, for its DELETE behind the others' requests.
+#[tokio::test(start_paused = true)]
+async fn a_careful_attempt_s_requests_go_back_to_back_under_a_backlog() {
+    let (client, seen) = fake_by_method();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let exec = Executor::new(
+        client,
+        Arc::new(ratelimit::RateLimiter::new(10.0, 1)),
+        leading(),
+        tx,
+        metrics::Metrics::new(&mut registry),
+        clock::Clock::new(),
+        ExecutorConfig {
+            request_timeout: Duration::from_secs(5),
+            node_read_ttl: Duration::from_secs(1),
+            node_selector: None,
+        },
+    );
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        let mut a = attempt(
+            Plan::ReadFirst {
+                guard: None,
+                finish: Finish::Delete { fallback: false },
+            },
+            1,
+        );
+        a.id = AttemptId(i as u64 + 1);
+        a.eviction = EvictionId(i as u64 + 1);
+        a.pod.name = name.into();
+        let cancel = CancellationToken::new();
+        exec.start(a, Control::new(cancel.clone(), cancel.child_token()));
+    }
+    for _ in 0..3 {
+        let report = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a report in time")
+            .expect("the executor reports");
+        assert_eq!(report.result, AttemptResult::Evicted);
+    }
+    exec.drain().await;
+    let order: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let pod = s.path.rsplit('/').find(|p| *p != "status").unwrap_or("");
+            format!("{} {pod}", s.method)
+        })
+        .collect();
+    // Each pod's three requests together, in some order of pods.
+    assert_eq!(order.len(), 9, "{order:?}");
+    for chunk in order.chunks(3) {
+        let pod = chunk[0].split(' ').nth(1).unwrap();
+        assert_eq!(
+            chunk,
+            [
+                format!("GET {pod}"),
+                format!("PATCH {pod}"),
+                format!("DELETE {pod}")
+            ],
+            "{order:?}"
+        );
+    }
+}

@@ -295,6 +295,24 @@ impl Executor {
         }
     }
 
+    /// [`Executor::call`] with a token paid ahead if there is one (and kept for the next
+    /// request if this one is stopped before it is sent).
+    async fn call_prepaid<T>(
+        &self,
+        verb: &'static str,
+        prepaid: &mut Prepaid,
+        a: &Attempt,
+        control: &Control,
+        request: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> Result<T, CallError> {
+        let tokens = prepaid.spend();
+        let result = self.call(verb, tokens, a, control, request).await;
+        if tokens == 0 && matches!(result, Err(CallError::Stopped)) {
+            prepaid.0 += 1;
+        }
+        result
+    }
+
     fn pods(&self, namespace: &str) -> Api<Pod> {
         Api::namespaced_with(
             self.client.clone(),
@@ -310,20 +328,61 @@ impl Executor {
             Plan::PatchThenDelete => return self.patch_then_delete(&api, a, &uid, control).await,
             Plan::ReadFirst { guard, finish } => (*guard, *finish),
         };
-        let name: &str = &a.pod.name;
-        let pod = match self.call("get", 1, a, control, api.get(name)).await {
-            Ok(p) => p,
-            Err(CallError::Status(404, _)) => return AttemptResult::Gone(GoneReason::NotFound),
-            Err(e) => return failed("get", e),
+        // Every request the attempt may send, paid for at once with the GET, as the two-request
+        // attempt does: its writes then follow its read at once instead of queueing behind
+        // every attempt that started meanwhile (under a backlog, a pod marked for deletion
+        // would wait seconds for its DELETE). What it does not send goes back.
+        let writes = match finish {
+            Finish::Nothing => 0,
+            Finish::Evict => 1,
+            Finish::Delete { .. } => 2,
         };
-        if pod.metadata.uid.as_deref() != Some(uid.as_str()) {
+        let all = 1 + u32::from(guard.is_some()) + writes;
+        let mut prepaid = Prepaid(0);
+        let result = self
+            .read_first(&api, a, &uid, guard, finish, control, all, &mut prepaid)
+            .await;
+        self.limiter.give_back(prepaid.0).await;
+        result
+    }
+
+    /// The careful attempt: read the pod (and, for the stale-cache guard, its node), then
+    /// finish. `all` tokens are taken with the GET; `prepaid` counts those not spent yet.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_first(
+        &self,
+        api: &Api<Pod>,
+        a: &Attempt,
+        uid: &str,
+        guard: Option<StaleGuard>,
+        finish: Finish,
+        control: &Control,
+        all: u32,
+        prepaid: &mut Prepaid,
+    ) -> AttemptResult {
+        let name: &str = &a.pod.name;
+        let pod = match self.call("get", all, a, control, api.get(name)).await {
+            // Stopped before it was sent: `call` gave every token back.
+            Err(CallError::Stopped) => return AttemptResult::Cancelled,
+            result => {
+                prepaid.0 = all - 1;
+                match result {
+                    Ok(p) => p,
+                    Err(CallError::Status(404, _)) => {
+                        return AttemptResult::Gone(GoneReason::NotFound);
+                    }
+                    Err(e) => return failed("get", e),
+                }
+            }
+        };
+        if pod.metadata.uid.as_deref() != Some(uid) {
             return AttemptResult::Gone(GoneReason::Replaced);
         }
         if pod.metadata.deletion_timestamp.is_some() {
             return AttemptResult::Gone(GoneReason::Terminating);
         }
         if let Some(guard) = guard {
-            match self.confirm(a, &pod, guard, control).await {
+            match self.confirm(a, &pod, guard, control, prepaid).await {
                 Ok(true) => {}
                 Ok(false) => return AttemptResult::Stale,
                 Err(e) => return failed("stale-cache guard", e),
@@ -338,12 +397,13 @@ impl Executor {
                     AttemptResult::WouldEvict
                 }
             }
-            Finish::Evict => self.evict(a, &uid, control).await,
+            Finish::Evict => self.evict(a, uid, control, prepaid).await,
             Finish::Delete { fallback } => {
                 if fallback {
                     tracing::warn!(pod = %a.pod, "the Eviction API refused this eviction for longer than --pdb-timeout; deleting");
                 }
-                self.patch_and_delete(&api, a, &pod, &uid, control).await
+                self.patch_and_delete(api, a, &pod, uid, control, prepaid)
+                    .await
             }
         }
     }
@@ -357,15 +417,16 @@ impl Executor {
         pod: &Pod,
         uid: &str,
         control: &Control,
+        prepaid: &mut Prepaid,
     ) -> AttemptResult {
         let name: &str = &a.pod.name;
         if !has_condition(pod) {
             let patch = condition_patch(uid, pod.metadata.generation);
             let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
             match self
-                .call(
+                .call_prepaid(
                     "patch",
-                    1,
+                    prepaid,
                     a,
                     control,
                     api.patch_status(name, &params, &patch),
@@ -388,7 +449,7 @@ impl Executor {
             ..DeleteParams::default()
         };
         match self
-            .call("delete", 1, a, control, api.delete(name, &params))
+            .call_prepaid("delete", prepaid, a, control, api.delete(name, &params))
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -478,7 +539,13 @@ impl Executor {
     /// DisruptionTarget condition (reason EvictionByEvictionAPI), so ours is not patched. Any
     /// refusal but "not found" and "another UID" counts towards `--pdb-timeout`: a budget's
     /// 429, the 500 of a pod under two budgets, a 403, a budget-update 409.
-    async fn evict(&self, a: &Attempt, uid: &str, control: &Control) -> AttemptResult {
+    async fn evict(
+        &self,
+        a: &Attempt,
+        uid: &str,
+        control: &Control,
+        prepaid: &mut Prepaid,
+    ) -> AttemptResult {
         let params = kube::api::EvictParams {
             delete_options: Some(DeleteParams {
                 preconditions: Some(Preconditions {
@@ -493,7 +560,13 @@ impl Executor {
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), &a.pod.namespace);
         match self
-            .call("evict", 1, a, control, pods.evict(&a.pod.name, &params))
+            .call_prepaid(
+                "evict",
+                prepaid,
+                a,
+                control,
+                pods.evict(&a.pod.name, &params),
+            )
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -523,6 +596,7 @@ impl Executor {
         pod: &Pod,
         guard: StaleGuard,
         control: &Control,
+        prepaid: &mut Prepaid,
     ) -> Result<bool, CallError> {
         let Some(node) = a.pod.node.as_deref() else {
             return Ok(true);
@@ -547,7 +621,10 @@ impl Executor {
             return Ok(true);
         }
         let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-        let fresh = match self.call("get", 1, a, control, api.get(node)).await {
+        let fresh = match self
+            .call_prepaid("get", prepaid, a, control, api.get(node))
+            .await
+        {
             Ok(n) => n,
             // The node is gone: its taints no longer speak for anything.
             Err(CallError::Status(404, _)) => return Ok(false),
@@ -580,6 +657,21 @@ impl Executor {
             );
         }
         Ok(justified)
+    }
+}
+
+/// Rate-limiter tokens an attempt took ahead and has not spent yet.
+struct Prepaid(u32);
+
+impl Prepaid {
+    /// The tokens the next request must still take: none if one was paid for ahead.
+    fn spend(&mut self) -> u32 {
+        if self.0 > 0 {
+            self.0 -= 1;
+            0
+        } else {
+            1
+        }
     }
 }
 
