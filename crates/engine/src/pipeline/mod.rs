@@ -1008,6 +1008,9 @@ impl Pipeline {
         let Some(e) = self.entries.get_mut(&eviction) else {
             return;
         };
+        if let Where::Deferred(until) = e.at {
+            self.deferred.remove(&(until, eviction));
+        }
         if may_act {
             e.at = Where::Paced;
             e.due_at = now;
