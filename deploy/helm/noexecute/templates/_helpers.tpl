@@ -166,7 +166,9 @@ default are left out, so the arguments show what differs from upstream's behavio
 - --admin-tls-cert-file={{ include "noexecute.tlsDir" . }}/tls.crt
 - --admin-tls-key-file={{ include "noexecute.tlsDir" . }}/tls.key
 {{- end }}
-{{- if $c.refuseIfForeign }}
+{{- if $c.handoverDelay }}
+- --handover-delay={{ $c.handoverDelay }}
+{{- else if and $c.refuseIfForeign (not .Values.policy.dryRun) }}
 - --refuse-if-foreign
 {{- end }}
 {{- range $c.extraArgs }}
