@@ -711,3 +711,96 @@ fn helm_takes_over_the_plain_manifests_after_the_documented_annotations() -> Res
     assert_eq!(managed.trim(), "noexecute");
     Ok(())
 }
+
+/// Two shards in one namespace (two releases of two replicas each) and a rollout's surge pod
+/// of each: the API server admits all six critical pods under both releases' critical-pods
+/// quotas, which kube-controller-manager's resourcequota controller keeps counting. The pods
+/// are created directly, as the ReplicaSet controller would; a quota sized for one release's
+/// replicas would refuse the fifth.
+#[test]
+fn two_shards_and_their_surge_pods_are_admitted_by_the_critical_pods_quotas() -> Result<()> {
+    let plane = &Plane::up("chart-quota", &["resourcequota-controller"])?;
+    let ns = "noexecute-shards";
+    if plane.kubectl(&["get", "namespace", ns]).is_err() {
+        plane.kubectl(&["create", "namespace", ns])?;
+    }
+    if plane
+        .kubectl(&["-n", ns, "get", "serviceaccount", "default"])
+        .is_err()
+    {
+        plane.kubectl(&["-n", ns, "create", "serviceaccount", "default"])?;
+    }
+    let dir = scratch("shards")?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    for shard in ["shard-a", "shard-b"] {
+        let out = run(
+            &helm(plane)?,
+            &[
+                "template",
+                shard,
+                &chart,
+                "--namespace",
+                ns,
+                "--set",
+                "replicaCount=2",
+            ],
+            &[],
+        )?;
+        let docs = documents(&out)?;
+        let quota = find(&docs, "ResourceQuota")?;
+        let file = dir.join(format!("{shard}-quota.yaml"));
+        std::fs::write(&file, serde_yaml_ng::to_string(quota)?)?;
+        plane.kubectl(&["apply", "-f", &file.to_string_lossy()])?;
+    }
+    let quotas = plane.kubectl(&["-n", ns, "get", "resourcequota", "-o", "name"])?;
+    assert_eq!(quotas.lines().count(), 2, "{quotas}");
+    // Admission enforces a quota once the controller has set its status.
+    let used = |plane: &Plane| {
+        plane.kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "resourcequota",
+            "-o",
+            "jsonpath={.items[*].status.used.pods}",
+        ])
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while used(plane)?.split_whitespace().count() < 2 {
+        anyhow::ensure!(
+            std::time::Instant::now() < until,
+            "the quotas were never counted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut pods = String::new();
+    for shard in ["shard-a", "shard-b"] {
+        for i in 0..3 {
+            pods.push_str(&format!(
+                "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {shard}-{i}\n  namespace: {ns}\n\
+                 spec:\n  priorityClassName: system-cluster-critical\n  \
+                 automountServiceAccountToken: false\n  containers:\n  - name: c\n    \
+                 image: registry.invalid/pause:1\n"
+            ));
+        }
+    }
+    let file = dir.join("pods.yaml");
+    std::fs::write(&file, &pods)?;
+    let file = file.to_string_lossy();
+    plane.kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file])?;
+    let out = plane.kubectl(&["apply", "-f", &file])?;
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with("created")).count(),
+        6,
+        "{out}"
+    );
+    let counted = used(plane)?;
+    assert_eq!(
+        counted.split_whitespace().collect::<Vec<_>>(),
+        ["6", "6"],
+        "{counted}"
+    );
+    plane.kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file])?;
+    Ok(())
+}
