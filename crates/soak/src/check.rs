@@ -169,6 +169,21 @@ impl Report {
     pub fn total(&self) -> usize {
         self.violations.len()
     }
+
+    /// Adds another judgement of the same soak (another shard's).
+    pub fn absorb(&mut self, other: Report) {
+        self.evictions += other.evictions;
+        self.writes += other.writes;
+        self.deadlines += other.deadlines;
+        self.terms += other.terms;
+        self.brake_holds += other.brake_holds;
+        self.brake_held_s += other.brake_held_s;
+        self.unavailable_s += other.unavailable_s;
+        self.violations.extend(other.violations);
+        for (k, n) in other.unresolved {
+            *self.unresolved.entry(k).or_default() += n;
+        }
+    }
 }
 
 /// One stretch of a pod's stay with the same demand.
@@ -880,6 +895,12 @@ pub fn fault_windows(h: &History, cfg: &Config) -> Vec<(Micros, Micros)> {
             "freeze" => held(&f.target, f.start, f.end).then_some((f.start, f.end)),
             k if k.starts_with("proxy-") => {
                 held(&f.target, f.start, f.end).then_some((f.start, f.end + recovery))
+            }
+            // Another shard's Lease: nothing to this one.
+            "lease-delete" | "lease-edit"
+                if f.target != cfg.lease.rsplit('/').next().unwrap_or_default() =>
+            {
+                None
             }
             // The plane is back when kube-apiserver serves writes again: after an etcd restart
             // it takes seconds to reconnect, after the restarted process is healthy.

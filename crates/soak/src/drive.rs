@@ -62,9 +62,16 @@ pub struct DriveArgs {
     /// plane must run: scripts/cluster up --full --upstream).
     #[arg(long, default_value = "noexecute")]
     pub controller: Controller,
-    /// noexecute replicas (upstream: always the plane's one kube-controller-manager).
+    /// noexecute replicas (upstream: always the plane's one kube-controller-manager); with
+    /// `--shards`, per shard.
     #[arg(long, default_value_t = 2)]
     pub replicas: usize,
+    /// noexecute shards (1 to 3): each its own `--replicas`, Lease (`soak`, `soak-1`, …) and
+    /// `--node-selector` over the zones (2: zones a and b, and zone c; 3: one zone each).
+    /// The checker judges each shard on its own: a write by one shard's replica to a pod on
+    /// another's node is wrong there.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub shards: u32,
     /// Fault kinds, comma-separated, or `all`, or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
@@ -146,6 +153,69 @@ pub struct SoakConfig {
     /// Eviction-API mode: `--pdb-timeout` in milliseconds.
     #[serde(default)]
     pub pdb_timeout_ms: Option<i64>,
+    /// With more than one shard: each shard's Lease, selector and replicas (the top-level
+    /// `lease` and `node_selector` are then the first shard's).
+    #[serde(default)]
+    pub shards: Vec<Shard>,
+}
+
+/// One shard of a sharded soak.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Shard {
+    pub lease: String,
+    pub node_selector: String,
+    /// Its replicas' names (the prefixes of their identities).
+    pub replicas: Vec<String>,
+}
+
+/// The `--node-selector` of each of `n` shards: the unmanaged label's exclusion and a share of
+/// the zones.
+fn shard_selectors(n: u32) -> Vec<String> {
+    let base = format!("!{UNMANAGED}");
+    let zone = "topology.kubernetes.io/zone";
+    match n {
+        2 => vec![
+            format!("{base},{zone}!=zone-c"),
+            format!("{base},{zone}=zone-c"),
+        ],
+        3 => ["a", "b", "c"]
+            .iter()
+            .map(|z| format!("{base},{zone}=zone-{z}"))
+            .collect(),
+        _ => vec![base],
+    }
+}
+
+/// The Lease of shard `k`.
+fn shard_lease(k: usize) -> String {
+    if k == 0 {
+        LEASE_NAME.to_string()
+    } else {
+        format!("{LEASE_NAME}-{k}")
+    }
+}
+
+/// What one shard is judged on: every entry but the writes of noexecute replicas outside
+/// `replicas` (another shard's).
+pub fn shard_entries(
+    entries: &[crate::audit::Entry],
+    replicas: &[String],
+) -> Vec<crate::audit::Entry> {
+    entries
+        .iter()
+        .filter(|e| {
+            crate::history::noexecute_identity(&e.user_agent)
+                .is_none_or(|id| replicas.iter().any(|name| is_replica(&id, name)))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether a replica named `name` wrote with `identity` (`NAME_SUFFIX`).
+fn is_replica(identity: &str, name: &str) -> bool {
+    identity
+        .strip_prefix(name)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '-']))
 }
 
 impl SoakConfig {
@@ -244,6 +314,8 @@ fn now_micros() -> i64 {
 /// One noexecute replica, restarted when it exits (as a Deployment's pod would be).
 struct Replica {
     name: String,
+    /// Its shard's flags (Lease and node selector).
+    args: Vec<String>,
     kubeconfig: PathBuf,
     log: PathBuf,
     child: Option<tokio::process::Child>,
@@ -278,6 +350,7 @@ impl Replicas {
             ])
             .args(["--identity", &r.name])
             .args(&self.args)
+            .args(&r.args)
             .env("RUST_LOG", "info")
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -325,6 +398,8 @@ struct Shared {
     counter: AtomicU64,
     churn: Mutex<BTreeMap<&'static str, usize>>,
     errors: AtomicU64,
+    /// noexecute's Leases, one per shard.
+    leases: Vec<String>,
 }
 
 impl Shared {
@@ -399,7 +474,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             lease: format!("{LEASE_NS}/{LEASE_NAME}"),
             renew_deadline_ms: 3_000,
             deadline_from_time_added: true,
-            node_selector: format!("!{UNMANAGED}"),
+            node_selector: shard_selectors(args.shards)[0].clone(),
             exclude_namespaces: vec![EXCLUDED.into()],
             eviction_rate: Some((f64::from(args.eviction_rate), f64::from(args.eviction_rate))),
             qps: Some((20.0, 30.0, 3.0)),
@@ -408,6 +483,21 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             pdb_timeout_ms: args
                 .pdb_timeout
                 .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
+            shards: if args.shards > 1 {
+                shard_selectors(args.shards)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, node_selector)| Shard {
+                        lease: format!("{LEASE_NS}/{}", shard_lease(k)),
+                        node_selector,
+                        replicas: (0..args.replicas)
+                            .map(|i| format!("soak-{}", k * args.replicas + i))
+                            .collect(),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         },
         Controller::Upstream => SoakConfig {
             controller: "upstream".into(),
@@ -425,6 +515,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             brake: None,
             controller_args: String::new(),
             pdb_timeout_ms: None,
+            shards: Vec::new(),
         },
     };
     std::fs::write(
@@ -458,8 +549,6 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
         replicas.args = vec![
             "--leader-elect-namespace".into(),
             LEASE_NS.into(),
-            "--leader-elect-name".into(),
-            LEASE_NAME.into(),
             "--leader-elect-lease-duration".into(),
             "5s".into(),
             "--leader-elect-renew-deadline".into(),
@@ -468,8 +557,6 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             "500ms".into(),
             "--deadline-from".into(),
             "taint-time-added".into(),
-            "--node-selector".into(),
-            soak.node_selector.clone(),
             "--exclude-namespace".into(),
             EXCLUDED.into(),
             "--max-evictions-per-second".into(),
@@ -492,8 +579,10 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
         replicas
             .args
             .extend(args.controller_args.split_whitespace().map(str::to_string));
-        for i in 0..args.replicas {
+        let selectors = shard_selectors(args.shards);
+        for i in 0..args.replicas * selectors.len() {
             let name = format!("soak-{i}");
+            let shard = i / args.replicas.max(1);
             let port = proxy.proxy(&name, &format!("127.0.0.1:{api_port}")).await?;
             let path = args.out.join(format!("{name}.kubeconfig"));
             std::fs::write(
@@ -504,6 +593,12 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
             )?;
             replicas.list.push(Replica {
                 log: args.out.join(format!("{name}.log")),
+                args: vec![
+                    "--leader-elect-name".into(),
+                    shard_lease(shard),
+                    "--node-selector".into(),
+                    selectors[shard].clone(),
+                ],
                 name,
                 kubeconfig: path,
                 child: None,
@@ -512,7 +607,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
                 starts: 0,
             });
         }
-        for i in 0..args.replicas {
+        for i in 0..replicas.list.len() {
             replicas.start(i)?;
         }
         toxi = Some(proxy);
@@ -529,6 +624,7 @@ pub async fn drive(args: DriveArgs) -> Result<i32> {
         counter: AtomicU64::new(0),
         churn: Mutex::new(BTreeMap::new()),
         errors: AtomicU64::new(0),
+        leases: (0..args.shards as usize).map(shard_lease).collect(),
     });
 
     let started = Instant::now();
@@ -614,9 +710,38 @@ pub fn judge(out: &Path, plane: &Path) -> Result<(check::Report, String)> {
     let files = crate::audit::files(plane);
     let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let log = crate::audit::read(&paths)?;
-    let history = History::build(&log.entries, &cfg.controller, &cfg.lease)?;
+    let mut shards_text = String::new();
+    let mut report = if soak.shards.is_empty() {
+        let history = History::build(&log.entries, &cfg.controller, &cfg.lease)?;
+        check::check(&history, &cfg)
+    } else {
+        // Each shard on its own, over the writes of its replicas (and everyone else's that
+        // are not noexecute's): another shard's write on its nodes is judged in that shard.
+        let mut all: Option<check::Report> = None;
+        for (k, shard) in soak.shards.iter().enumerate() {
+            let mut cfg = soak.checker(&faults)?;
+            cfg.lease = shard.lease.clone();
+            cfg.node_selector = shard
+                .node_selector
+                .parse::<Selector>()
+                .map_err(anyhow::Error::msg)?;
+            let entries = shard_entries(&log.entries, &shard.replicas);
+            let history = History::build(&entries, &cfg.controller, &cfg.lease)?;
+            let r = check::check(&history, &cfg);
+            shards_text.push_str(&format!(
+                "shard {k} (Lease {}, --node-selector '{}', replicas {}):\n{r}\n",
+                shard.lease,
+                shard.node_selector,
+                shard.replicas.join(", ")
+            ));
+            match &mut all {
+                None => all = Some(r),
+                Some(a) => a.absorb(r),
+            }
+        }
+        all.context("soak.json names no shard")?
+    };
     drop(log.entries);
-    let mut report = check::check(&history, &cfg);
     if !log.unreadable.is_empty() {
         report.unresolved.insert(
             format!(
@@ -649,6 +774,10 @@ pub fn judge(out: &Path, plane: &Path) -> Result<(check::Report, String)> {
             "note: the replicas also ran with `{}`, which the checker does not model\n",
             soak.controller_args.trim()
         ));
+    }
+    if !shards_text.is_empty() {
+        text.push_str(&shards_text);
+        text.push_str("all shards:\n");
     }
     text.push_str(&report.to_string());
     std::fs::write(out.join("report.txt"), &text)?;
@@ -1126,15 +1255,15 @@ async fn recreate_node(client: &kube::Client, name: &str) -> Result<()> {
 
 // --- nemesis -------------------------------------------------------------------------------
 
-async fn leader(shared: &Shared) -> Option<usize> {
+/// The replica holding `lease`, if any.
+async fn leader(shared: &Shared, lease: &str) -> Option<usize> {
     let leases: Api<Lease> = Api::namespaced(shared.client.clone(), LEASE_NS);
-    let holder = leases.get(LEASE_NAME).await.ok()?.spec?.holder_identity?;
+    let holder = leases.get(lease).await.ok()?.spec?.holder_identity?;
     let replicas = shared.replicas.lock().await;
-    replicas.list.iter().position(|r| {
-        holder
-            .strip_prefix(&r.name)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '-']))
-    })
+    replicas
+        .list
+        .iter()
+        .position(|r| is_replica(&holder, &r.name))
 }
 
 async fn nemesis(shared: Arc<Shared>, seed: u64, kinds: Vec<String>, every: f64) {
@@ -1161,11 +1290,16 @@ async fn nemesis(shared: Arc<Shared>, seed: u64, kinds: Vec<String>, every: f64)
 async fn fault(shared: &Shared, rng: &mut StdRng, kind: &str) -> Result<()> {
     let start = now_micros();
     let upstream = shared.controller == Controller::Upstream;
-    // The target: the leader half of the time, else any replica.
+    // The target: a leader half of the time (a random shard's), else any replica.
+    // (One shard draws nothing here, so a seed replays as before shards existed.)
+    let lease = match shared.leases.len() {
+        0 | 1 => LEASE_NAME.to_string(),
+        n => shard_lease(rng.random_range(0..n)),
+    };
     let leader = if upstream {
         Some(0)
     } else {
-        leader(shared).await
+        leader(shared, &lease).await
     };
     let count = shared.replicas.lock().await.list.len();
     let target = match leader {
@@ -1237,7 +1371,7 @@ async fn fault(shared: &Shared, rng: &mut StdRng, kind: &str) -> Result<()> {
             let (ns, name) = if upstream {
                 ("kube-system", "kube-controller-manager")
             } else {
-                (LEASE_NS, LEASE_NAME)
+                (LEASE_NS, lease.as_str())
             };
             let leases: Api<Lease> = Api::namespaced(shared.client.clone(), ns);
             if kind == "lease-delete" {

@@ -78,7 +78,7 @@ impl Controller {
     }
 }
 
-fn noexecute_identity(agent: &str) -> Option<String> {
+pub fn noexecute_identity(agent: &str) -> Option<String> {
     let rest = agent.strip_prefix("noexecute/")?;
     let open = rest.find('(')?;
     let close = rest.rfind(')')?;

@@ -799,3 +799,23 @@ fn a_delayed_view_may_judge_a_new_pod_on_its_node_as_it_was_before() {
     cfg.faults = vec![slowed("a", 19.8)];
     assert_eq!(judge(&log, &cfg).count(Kind::Wrong), 2);
 }
+
+/// A shard is judged on its own replicas' writes: the baseline judged as a shard of `a` alone
+/// does not count p4's eviction, which only `b` made; as a shard of `a` and `b` it does.
+#[test]
+fn a_shard_is_judged_on_its_own_replicas_writes_only() {
+    let cfg = config();
+    let log = baseline();
+    let judge_shard = |replicas: &[&str]| {
+        let replicas: Vec<String> = replicas.iter().map(|r| r.to_string()).collect();
+        let entries = noexecute_soak::drive::shard_entries(&log.entries(), &replicas);
+        let history = History::build(&entries, &cfg.controller, &cfg.lease).unwrap();
+        check(&history, &cfg)
+    };
+    let both = judge_shard(&["a", "b"]);
+    assert_eq!(both.total(), 0, "{both}");
+    assert_eq!(both.evictions, 3, "{both}");
+    let r = judge_shard(&["a"]);
+    assert_eq!(r.evictions, 2, "{r}");
+    assert_eq!(r.terms, 1, "{r}");
+}
