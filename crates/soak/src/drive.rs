@@ -756,11 +756,19 @@ pub fn judge(out: &Path, plane: &Path) -> Result<(check::Report, String)> {
     }
     let churn = std::fs::read_to_string(out.join("churn.json")).unwrap_or_default();
     let mut text = format!(
-        "soak: controller {} seed {} duration {} s, {} replica(s)\nfaults injected: {} ({})\nchurn: {}\n",
+        "soak: controller {} seed {} duration {} s, {}\nfaults injected: {} ({})\nchurn: {}\n",
         soak.controller,
         soak.seed,
         soak.duration_s,
-        soak.replicas,
+        if soak.shards.is_empty() {
+            format!("{} replica(s)", soak.replicas)
+        } else {
+            format!(
+                "{} shards of {} replica(s)",
+                soak.shards.len(),
+                soak.replicas
+            )
+        },
         faults.len(),
         crate::faults::by_kind(&faults)
             .iter()
