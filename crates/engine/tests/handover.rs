@@ -60,8 +60,8 @@ fn each_eviction_waits_out_the_delay_and_reads_the_pod_first() {
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].pod.name.as_ref(), "a");
     assert!(
-        matches!(a[0].plan, Plan::ReadFirst { guard: None, .. }),
-        "the other controller may have evicted it: read the pod first ({:?})",
+        matches!(a[0].plan, Plan::ReadFirst { guard: Some(_), .. }),
+        "the other controller may have evicted it, and the node may have changed: read the pod and the node first ({:?})",
         a[0].plan
     );
     // `b`'s countdown runs out at 11 s; it starts at 16 s.
@@ -94,4 +94,32 @@ fn a_pod_the_other_controller_evicted_during_the_delay_is_left_alone() {
     assert!(starts(&mut p).is_empty());
     assert_eq!(p.pending(), 0);
     assert_eq!(p.next_wake(), None);
+}
+
+#[test]
+fn a_deferred_eviction_reads_the_node_before_it_starts() {
+    // `a` falls due at 1 s; in the delay its node's taint is swapped for one it tolerates for
+    // 300 s. The attempt at 6 s must confirm against a fresh read of the node (the guard),
+    // not delete on the decision of 1 s.
+    let mut p = pipeline(Some(5));
+    assert!(starts(&mut p).is_empty());
+    p.upsert_node(
+        &NodeObservation {
+            name: "n".into(),
+            taints: vec![Taint::no_execute("other", "")],
+        },
+        false,
+        t(3_000),
+    );
+    p.tick(t(6_000));
+    let a = starts(&mut p);
+    let a = a
+        .iter()
+        .find(|a| a.pod.name.as_ref() == "a")
+        .expect("a starts at 6 s");
+    assert!(
+        matches!(a.plan, Plan::ReadFirst { guard: Some(_), .. }),
+        "{:?}",
+        a.plan
+    );
 }

@@ -23,6 +23,7 @@ async fn a_short_soak_with_every_fault_has_no_violation() -> Result<()> {
         seed: SEED,
         controller: Controller::Noexecute,
         replicas: 2,
+        shards: 1,
         faults: "all".into(),
         fault_every: 5.0,
         binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_noexecute"))),

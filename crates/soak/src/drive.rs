@@ -736,7 +736,12 @@ pub fn judge(out: &Path, plane: &Path) -> Result<(check::Report, String)> {
             ));
             match &mut all {
                 None => all = Some(r),
-                Some(a) => a.absorb(r),
+                Some(a) => {
+                    // Unplaced entries are the same in every shard's history: counted once.
+                    let mut r = r;
+                    r.unresolved.clear();
+                    a.absorb(r);
+                }
             }
         }
         all.context("soak.json names no shard")?

@@ -473,6 +473,7 @@ impl Pipeline {
     pub fn footprint(&self) -> usize {
         self.entries.len()
             + self.parked.len()
+            + self.deferred.len()
             + self.queue.len()
             + self.flights.len()
             + self.busy.len()
@@ -910,7 +911,11 @@ impl Pipeline {
     /// Evictions whose handover delay has passed go on, as if they fell due now.
     fn undefer(&mut self, now: Time) {
         let mut ids = Vec::new();
-        while let Some(&(until, id)) = self.deferred.first()
+        // At most a tick's batch at a time; `next_wake` (the first left, already due) brings
+        // the rest on the next turn.
+        let batch = self.config.tick_batch.max(1);
+        while ids.len() < batch
+            && let Some(&(until, id)) = self.deferred.first()
             && until <= now
         {
             self.deferred.pop_first();
@@ -1420,14 +1425,17 @@ impl Pipeline {
         // Decided on a pod event, or starting while the node cache is known to be stale (the
         // soak found a new leader start evictions decided before a kube-apiserver restart,
         // while its node watch relisted, 3 s after their taint had gone).
-        let guard = (self.config.stale_cache_guard && (entry.guarded || self.node_view_stale()))
-            .then(|| {
-                let countdown = entry
-                    .cause
-                    .as_ref()
-                    .is_some_and(|c| !c.verdict.is_immediate());
-                StaleGuard::new(self.config.engine).with_countdown(countdown && !entry.guarded)
-            });
+        // And, with a handover delay, every start, whatever --stale-cache-guard says: the
+        // node may have changed in the delay, and the decision is that old.
+        let guard = ((self.config.stale_cache_guard && (entry.guarded || self.node_view_stale()))
+            || self.config.handover.is_some())
+        .then(|| {
+            let countdown = entry
+                .cause
+                .as_ref()
+                .is_some_and(|c| !c.verdict.is_immediate());
+            StaleGuard::new(self.config.engine).with_countdown(countdown && !entry.guarded)
+        });
         let fallback = evict_api
             && match (self.config.pdb_timeout, entry.refused_since) {
                 (Some(limit), Some(since)) => now.since(since) >= limit,

@@ -49,6 +49,18 @@ pub enum LogFormat {
 
 use crate::adapters::time::parse_duration as duration;
 
+/// `--handover-delay`: a duration of at least a millisecond (no delay is no handover: unset
+/// it instead, and `--refuse-if-foreign` can come back).
+fn handover_delay(text: &str) -> Result<Duration, String> {
+    let d = duration(text)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!(
+            "{text:?}: a handover delay must be more than 0 (unset it to evict when due)"
+        ));
+    }
+    Ok(d)
+}
+
 /// Flags of `noexecute run`. Every flag can also come from the environment.
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
@@ -110,13 +122,13 @@ pub struct RunArgs {
     #[arg(long, env = "NOEXECUTE_REFUSE_IF_FOREIGN")]
     pub refuse_if_foreign: bool,
     /// For the switch to or from upstream's controller, while it may still run: start each
-    /// eviction this long after it falls due, reading the pod first, so that whichever
+    /// eviction this long after it falls due, reading the pod and its node first, so that whichever
     /// controller runs evicts it, once (see docs/operating.md, "The switch"). Unset: at once.
     #[arg(
         long,
         env = "NOEXECUTE_HANDOVER_DELAY",
         value_name = "DURATION",
-        value_parser = duration,
+        value_parser = handover_delay,
         conflicts_with = "refuse_if_foreign"
     )]
     pub handover_delay: Option<Duration>,

@@ -196,6 +196,11 @@ milliseconds. */}}
 
 {{/* Checks of combinations that would make two replicas act at once, or cannot work. */}}
 {{- define "noexecute.validate" -}}
+{{- with .Values.controller.handoverDelay -}}
+{{- if lt (int64 (include "noexecute.durationMs" .)) 1 -}}
+{{- fail "controller.handoverDelay must be more than 0 (leave it empty to evict when due): with no delay, both controllers would evict the same pods" -}}
+{{- end -}}
+{{- end -}}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
 {{- fail "leaderElection.enabled=false needs replicaCount 1: every replica would act" -}}
 {{- end -}}
