@@ -2,10 +2,11 @@
 //! `helm lint`, `helm template` with the default values and with every values file in the
 //! chart's `ci/`, the plain manifests in `deploy/` equal to the default rendering byte for byte,
 //! every rendered flag and policy file accepted by the binary, and every rendering accepted by
-//! a real kube-apiserver (`kubectl apply --dry-run=server`).
+//! a real kube-apiserver (`kubectl apply --dry-run=server`); `promtool check rules` of every
+//! rules file and rendered PrometheusRule, and `promtool test rules` of the alerts' unit tests.
 //!
-//! helm comes from `scripts/build-kube`'s cache, like the plane's binaries: a missing helm fails
-//! these tests, it never skips them.
+//! helm and promtool come from `scripts/build-kube`'s cache, like the plane's binaries: a
+//! missing one fails these tests, it never skips them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -544,6 +545,89 @@ fn alerts_can_be_switched_off_and_absence_is_scoped_to_the_job() -> Result<()> {
         urls.iter()
             .all(|u| u.starts_with("https://wiki.example.com/ops#noexecute")),
         "{urls:?}"
+    );
+    Ok(())
+}
+
+fn promtool(plane: &Plane) -> Result<PathBuf> {
+    let bin = kube_bin(plane)?;
+    let promtool = bin.join("promtool");
+    ensure!(
+        promtool.is_file(),
+        "promtool is missing from {}: scripts/build-kube builds it (github.com/prometheus/\
+         prometheus from the Go module proxy); run scripts/build-kube",
+        bin.display()
+    );
+    Ok(promtool)
+}
+
+/// `promtool check rules` accepts the plain rules file and the groups of every PrometheusRule
+/// the chart renders (default values, every `ci/` values file, alerts switched off, a runbook
+/// mirror), and `promtool test rules` runs the alerts' unit tests
+/// (`deploy/prometheus/rules_test.yaml`): they fire when they should, with the labels and
+/// text an on-call person reads, and stay quiet beside it.
+#[test]
+fn promtool_checks_every_rules_file_and_the_alerts_unit_tests_pass() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let promtool = promtool(plane)?;
+    let out = run(
+        &promtool,
+        &["check", "rules", "deploy/prometheus/rules.yaml"],
+        &[],
+    )?;
+    println!("{out}");
+    let out = run(
+        &promtool,
+        &["test", "rules", "deploy/prometheus/rules_test.yaml"],
+        &[],
+    )?;
+    println!("{out}");
+    ensure!(out.contains("SUCCESS"), "promtool test rules: {out}");
+
+    let mut rules = Vec::new();
+    for (what, text_) in renderings(plane)? {
+        for doc in documents(&text_)? {
+            if text(&doc, &["kind"]) == "PrometheusRule" {
+                rules.push((what.clone(), doc));
+            }
+        }
+    }
+    for set in [
+        "prometheusRule.disabled={NoexecuteEvictionsLate}",
+        "prometheusRule.runbookBaseUrl=https://wiki.example.com/ops,prometheusRule.job=mine",
+    ] {
+        let doc = rendered(
+            plane,
+            "pool-a",
+            &format!("prometheusRule.enabled=true,{set}"),
+            "PrometheusRule",
+        )?;
+        rules.push((set.to_string(), doc));
+    }
+    ensure!(
+        rules.len() >= 3,
+        "only {} renderings have a PrometheusRule: {:?}",
+        rules.len(),
+        rules.iter().map(|(w, _)| w).collect::<Vec<_>>()
+    );
+    let dir = scratch("promtool")?;
+    for (i, (what, doc)) in rules.iter().enumerate() {
+        let spec = field(doc, &["spec"]).ok_or_else(|| anyhow!("{what}: no spec"))?;
+        let file = dir.join(format!("rules-{i}.yaml"));
+        std::fs::write(&file, serde_yaml_ng::to_string(spec)?)?;
+        let out = run(&promtool, &["check", "rules", &file.to_string_lossy()], &[])
+            .with_context(|| format!("the PrometheusRule of {what}"))?;
+        ensure!(out.contains("SUCCESS"), "{what}: {out}");
+    }
+    // promtool fails a broken rule: the check above could fail.
+    let broken = dir.join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "groups:\n  - name: x\n    rules:\n      - alert: X\n        expr: sum(\n",
+    )?;
+    ensure!(
+        run(&promtool, &["check", "rules", &broken.to_string_lossy()], &[]).is_err(),
+        "promtool accepted a rule whose expression does not parse"
     );
     Ok(())
 }
