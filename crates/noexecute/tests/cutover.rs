@@ -2,7 +2,8 @@
 //! plane (every kube-controller-manager controller, kube-scheduler, kwok nodes), judged from
 //! the API server's audit log (docs/operating.md, "The switch" and "Rollback"):
 //!
-//! 1. shadow: noexecute in dry run beside upstream writes nothing to a pod;
+//! 1. shadow: noexecute in dry run beside upstream shows the countdowns upstream keeps and
+//!    writes nothing to a pod;
 //! 2. handover: noexecute with `--handover-delay` beside upstream: upstream evicts, noexecute
 //!    reads each pod the delay later, finds it gone, and writes nothing to it;
 //! 3. upstream off: a countdown that straddles the switch is kept by one of the two, once; after
@@ -31,6 +32,8 @@ fn binary() -> &'static Path {
 }
 
 const DELAY: Duration = Duration::from_secs(4);
+/// s-later's toleration in the shadow phase: time to read the shadow's countdown before it ends.
+const SHADOW_LATER: Duration = Duration::from_secs(5);
 const CANARY: &str = "zone-a-2";
 const CANARY_LABEL: &str = "cutover.noexecute.io/canary";
 const WAIT: Duration = Duration::from_secs(60);
@@ -155,16 +158,34 @@ async fn the_switch_and_back_evict_each_pod_once_with_no_gap() -> Result<()> {
     // 1. Shadow: dry run beside upstream.
     upstream_acting(&ns, 1).await?;
     let mut controller = start(&plane, &ns, "shadow", &["--dry-run"]).await?;
-    tainted(&ns, "zone-a-0", "s", 2).await?;
+    let t = tainted(&ns, "zone-a-0", "s", SHADOW_LATER.as_secs() as i64).await?;
+    // The shadow decides as upstream does: s-later's countdown is on its /status, due when
+    // the toleration runs out. (Whether its dry run then counts "would evict" is a race with
+    // upstream's delete, which it loses as often as not, so that counter is not asserted;
+    // tests/policies.rs checks it with noexecute alone.)
+    let deadline = eventually(
+        SHADOW_LATER - Duration::from_secs(1),
+        "the shadow's countdown for s-later",
+        || async {
+            let status = controller.status().await?;
+            Ok(status["pending"].as_array().and_then(|pending| {
+                pending
+                    .iter()
+                    .find(|p| p["name"] == "s-later")
+                    .and_then(|p| p["inSeconds"].as_f64())
+                    .map(|left| Instant::now() + Duration::from_secs_f64(left.max(0.0)))
+            }))
+        },
+    )
+    .await?;
+    ensure!(
+        deadline.saturating_duration_since(t + SHADOW_LATER) < slack * 2
+            && (t + SHADOW_LATER).saturating_duration_since(deadline) < slack * 2,
+        "the shadow's s-later is due {:?} after the taint, not {SHADOW_LATER:?}",
+        deadline - t
+    );
     evicted(&ns, "s").await?;
     assert_not_evicted_for(&ns.pods(), "s-stays", Duration::from_secs(3)).await?;
-    eventually(Duration::from_secs(10), "dry-run decisions", || async {
-        let n = controller
-            .metric("noexecute_dry_run_evictions_total ")
-            .await?;
-        Ok(n.is_some_and(|n| n >= 2.0).then_some(()))
-    })
-    .await?;
     controller.terminate(Duration::from_secs(20)).await?;
 
     // 2. Handover beside upstream: upstream evicts; noexecute's reads, DELAY later, find

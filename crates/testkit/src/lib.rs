@@ -914,6 +914,13 @@ impl Controller {
         Ok(body)
     }
 
+    /// `/status` as JSON: leadership and the pending evictions (`noexecute status`'s source).
+    pub async fn status(&self) -> Result<serde_json::Value> {
+        let (status, body) = self.get("/status").await?;
+        anyhow::ensure!(status == 200, "/status answered {status}: {body}");
+        serde_json::from_str(&body).with_context(|| format!("/status is not JSON: {body}"))
+    }
+
     /// The value of the sample whose name (with labels, as printed) is `sample`.
     pub async fn metric(&self, sample: &str) -> Result<Option<f64>> {
         Ok(self
