@@ -3,22 +3,11 @@
 //! whichever controller runs evicts it, once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use noexecute_engine::pipeline::{Attempt, Effect as Fx, Pipeline, PipelineConfig, Plan};
-use noexecute_engine::{NodeObservation, PodObservation, Taint, Time, Toleration};
+mod common;
+use common::{starts, t};
+use noexecute_engine::pipeline::{Pipeline, PipelineConfig, Plan};
+use noexecute_engine::{NodeObservation, PodObservation, Taint, Toleration};
 use std::time::Duration;
-
-fn t(ms: i64) -> Time {
-    Time::from_millis(ms)
-}
-
-fn starts(p: &mut Pipeline) -> Vec<Attempt> {
-    std::iter::from_fn(|| p.poll_effect())
-        .filter_map(|e| match e {
-            Fx::Start(a) => Some(a),
-            _ => None,
-        })
-        .collect()
-}
 
 fn pipeline(handover: Option<u64>) -> Pipeline {
     let mut p = Pipeline::acting(PipelineConfig {

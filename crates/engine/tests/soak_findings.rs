@@ -2,24 +2,13 @@
 //! scenario on a virtual clock. Every test here failed before its fix.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::{starts, t};
 use noexecute_engine::pipeline::{
     Attempt, AttemptReport, AttemptResult, DEPARTED_MS, Effect as Fx, ForeignSign, Pipeline,
     PipelineConfig, SignKind, Watched,
 };
-use noexecute_engine::{Config, NodeObservation, PodObservation, Taint, Time, Toleration};
-
-fn t(ms: i64) -> Time {
-    Time::from_millis(ms)
-}
-
-fn starts(p: &mut Pipeline) -> Vec<Attempt> {
-    std::iter::from_fn(|| p.poll_effect())
-        .filter_map(|e| match e {
-            Fx::Start(a) => Some(a),
-            _ => None,
-        })
-        .collect()
-}
+use noexecute_engine::{Config, NodeObservation, PodObservation, Taint, Toleration};
 
 /// A node tainted `unreachable` at `added_ms` (its `timeAdded`), and a pipeline with
 /// restart-safe deadlines and the stale-cache guard.

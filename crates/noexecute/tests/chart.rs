@@ -626,7 +626,12 @@ fn promtool_checks_every_rules_file_and_the_alerts_unit_tests_pass() -> Result<(
         "groups:\n  - name: x\n    rules:\n      - alert: X\n        expr: sum(\n",
     )?;
     ensure!(
-        run(&promtool, &["check", "rules", &broken.to_string_lossy()], &[]).is_err(),
+        run(
+            &promtool,
+            &["check", "rules", &broken.to_string_lossy()],
+            &[]
+        )
+        .is_err(),
         "promtool accepted a rule whose expression does not parse"
     );
     Ok(())

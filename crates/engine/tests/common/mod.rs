@@ -36,6 +36,21 @@ pub fn secs(s: f64) -> Time {
     Time::from_millis((s * 1000.0).round() as i64)
 }
 
+/// The virtual time `ms` milliseconds after the epoch.
+pub fn t(ms: i64) -> Time {
+    Time::from_millis(ms)
+}
+
+/// The attempts a pipeline starts now, its other effects dropped.
+pub fn starts(p: &mut pipeline::Pipeline) -> Vec<pipeline::Attempt> {
+    std::iter::from_fn(|| p.poll_effect())
+        .filter_map(|e| match e {
+            pipeline::Effect::Start(a) => Some(a),
+            _ => None,
+        })
+        .collect()
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ExecutorMode {
     /// Every eviction succeeds at once.
