@@ -46,6 +46,9 @@ pub struct Pending {
     pub held: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<String>,
+    /// Held by `--handover-delay`: when the delay ends and the eviction starts (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover_until: Option<String>,
     pub failures: u32,
     pub reason: String,
 }
@@ -54,6 +57,10 @@ impl Pending {
     fn new(c: Countdown, now: Time) -> Pending {
         let retry_at = match c.held {
             Held::Retrying { at } => at.map(timestamp),
+            _ => None,
+        };
+        let handover_until = match c.held {
+            Held::Handover { until } => Some(timestamp(until)),
             _ => None,
         };
         Pending {
@@ -65,6 +72,7 @@ impl Pending {
             in_seconds: (c.deadline.as_millis() - now.as_millis()) as f64 / 1000.0,
             held: c.held.as_str().to_string(),
             retry_at,
+            handover_until,
             failures: c.failures,
             reason: c.reason.unwrap_or_default(),
         }
@@ -152,7 +160,7 @@ pub fn table(status: &Status, wide: bool, w: &mut impl Write) -> io::Result<()> 
                 (Some(now), Some(at)) => relative(Time::from_millis(at), Time::from_millis(now)),
                 _ => format!("{:+.1}s", p.in_seconds),
             },
-            p.held.clone(),
+            held(p, now),
         ];
         if wide {
             row.extend([p.uid.clone(), p.failures.to_string(), p.reason.clone()]);
@@ -175,6 +183,20 @@ pub fn table(status: &Status, wide: bool, w: &mut impl Write) -> io::Result<()> 
         writeln!(w, "{}", line.trim_end())?;
     }
     Ok(())
+}
+
+/// The HELD cell: the state, and for a handover or a retry how long until it moves on
+/// (`handover (+3s)`: the delay ends and the eviction starts in 3 s).
+fn held(p: &Pending, now: Option<i64>) -> String {
+    let next = p.handover_until.as_deref().or(p.retry_at.as_deref());
+    match (next.and_then(jiff_millis), now) {
+        (Some(at), Some(now)) => format!(
+            "{} ({})",
+            p.held,
+            relative(Time::from_millis(at), Time::from_millis(now))
+        ),
+        _ => p.held.clone(),
+    }
 }
 
 fn jiff_millis(s: &str) -> Option<i64> {
@@ -205,6 +227,7 @@ mod tests {
                 in_seconds: 300.0,
                 held: "counting".into(),
                 retry_at: None,
+                handover_until: None,
                 failures: 0,
                 reason: "tolerated for 300s".into(),
             }],
@@ -220,6 +243,50 @@ mod tests {
         assert!(text.contains("POD   NODE  DEADLINE"), "{text}");
         assert!(
             text.contains("ns/p  n     2026-12-01T10:05:00Z  +5m00s  counting  u"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_handover_and_a_retry_show_when_they_move_on() {
+        let row = |held: &str, retry_at: Option<&str>, handover_until: Option<&str>| Pending {
+            namespace: "ns".into(),
+            name: held.into(),
+            uid: "u".into(),
+            node: "n".into(),
+            deadline: "2026-12-01T09:59:58Z".into(),
+            in_seconds: -2.0,
+            held: held.into(),
+            retry_at: retry_at.map(str::to_string),
+            handover_until: handover_until.map(str::to_string),
+            failures: 0,
+            reason: String::new(),
+        };
+        let status = Status {
+            identity: "r1".into(),
+            leading: true,
+            synced: true,
+            braking: false,
+            refusing: false,
+            now: "2026-12-01T10:00:00Z".into(),
+            pending: vec![
+                row("handover", None, Some("2026-12-01T10:00:03Z")),
+                row("retrying", Some("2026-12-01T10:01:30Z"), None),
+                row("queued", None, None),
+            ],
+            total: 3,
+        };
+        let mut out = Vec::new();
+        table(&status, false, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8(out).unwrap_or_default();
+        let held: Vec<&str> = text
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split("  ").filter(|c| !c.is_empty()).nth(4))
+            .collect();
+        assert_eq!(
+            held,
+            ["handover (+3s)", "retrying (+1m30s)", "queued"],
             "{text}"
         );
     }
