@@ -358,6 +358,29 @@ pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
 
 /// A namespace of one's own, with the nodes the test created. Call [`TestNamespace::cleanup`]
 /// at the end (a failed test leaves its objects behind; the plane is torn down after the run).
+/// The API server's minor version (`33` for v1.33.13; a trailing `+` is dropped).
+pub async fn server_minor(client: &Client) -> Result<u32> {
+    let info = client
+        .apiserver_version()
+        .await
+        .context("reading the API server's version")?;
+    let digits: String = info
+        .minor
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .with_context(|| format!("the API server's minor version is {:?}", info.minor))
+}
+
+/// The `observedGeneration` a pod condition written at `generation` keeps on this API
+/// server: the `PodObservedGenerationTracking` gate is alpha and off in 1.33 (the server
+/// drops the field, whoever writes it) and on by default from 1.34.
+pub async fn kept_observed_generation(client: &Client, generation: i64) -> Result<Option<i64>> {
+    Ok((server_minor(client).await? >= 34).then_some(generation))
+}
+
 pub struct TestNamespace {
     pub name: String,
     pub client: Client,
