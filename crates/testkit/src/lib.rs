@@ -356,8 +356,6 @@ pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
-/// A namespace of one's own, with the nodes the test created. Call [`TestNamespace::cleanup`]
-/// at the end (a failed test leaves its objects behind; the plane is torn down after the run).
 /// The API server's minor version (`33` for v1.33.13; a trailing `+` is dropped).
 pub async fn server_minor(client: &Client) -> Result<u32> {
     let info = client
@@ -381,6 +379,8 @@ pub async fn kept_observed_generation(client: &Client, generation: i64) -> Resul
     Ok((server_minor(client).await? >= 34).then_some(generation))
 }
 
+/// A namespace of one's own, with the nodes the test created. Call [`TestNamespace::cleanup`]
+/// at the end (a failed test leaves its objects behind; the plane is torn down after the run).
 pub struct TestNamespace {
     pub name: String,
     pub client: Client,
