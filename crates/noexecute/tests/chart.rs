@@ -637,6 +637,45 @@ fn promtool_checks_every_rules_file_and_the_alerts_unit_tests_pass() -> Result<(
     Ok(())
 }
 
+/// The install notes warn when the image names no registry and no digest (nothing publishes
+/// `noexecute:VERSION`, so its pods would not start), and only then.
+#[test]
+fn the_install_notes_warn_of_an_image_no_registry_serves() -> Result<()> {
+    let plane = Plane::shared(PLANE, &[])?;
+    let helm = helm(plane)?;
+    let chart = chart();
+    let chart = chart.to_string_lossy();
+    let notes = |set: &[&str]| -> Result<String> {
+        let mut args = vec![
+            "install",
+            "notes",
+            &chart,
+            "--namespace",
+            "notes-check",
+            "--dry-run=client",
+        ];
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        let out = run(&helm, &args, &[("KUBECONFIG", &plane.kubeconfig)])?;
+        out.split_once("NOTES:")
+            .map(|(_, notes)| notes.to_string())
+            .ok_or_else(|| anyhow!("no NOTES in: {out}"))
+    };
+    let warning = "names no registry and no digest";
+    let default = notes(&[])?;
+    assert!(default.contains(warning), "{default}");
+    assert!(default.contains("Image: noexecute:"), "{default}");
+    for set in [
+        &["image.repository=registry.example.com/platform/noexecute"][..],
+        &["image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000"][..],
+    ] {
+        let out = notes(set)?;
+        assert!(!out.contains(warning), "{set:?}: {out}");
+    }
+    Ok(())
+}
+
 #[test]
 fn monitoring_objects_are_left_out_where_their_api_is_not_served() -> Result<()> {
     let plane = Plane::shared(PLANE, &[])?;
