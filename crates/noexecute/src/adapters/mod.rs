@@ -7,6 +7,7 @@ pub mod client;
 pub mod convert;
 pub mod input;
 pub mod policy;
+pub mod proto;
 pub mod selector;
 pub mod slim;
 pub mod time;

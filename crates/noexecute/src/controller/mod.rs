@@ -21,6 +21,7 @@ pub mod driver;
 pub mod events;
 pub mod executor;
 pub mod lease;
+pub mod listwatch;
 pub mod metrics;
 pub mod process;
 pub mod ratelimit;
@@ -91,6 +92,11 @@ pub struct RunArgs {
     /// Page size of the initial lists.
     #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
     pub page_size: u32,
+    /// The format nodes and pods are listed and watched in: `protobuf` (the API server's own,
+    /// as kube-controller-manager uses; JSON is still accepted, and a server or proxy that
+    /// refuses protobuf switches the watch to JSON) or `json`.
+    #[arg(long, env = "NOEXECUTE_API_CONTENT_TYPE", value_enum, default_value_t = listwatch::ContentType::Protobuf)]
+    pub api_content_type: listwatch::ContentType,
     /// Address of the admin server (/metrics, /status, /healthz, /readyz).
     #[arg(long, env = "NOEXECUTE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
@@ -412,6 +418,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let watches = watch::spawn(
         client,
         args.page_size,
+        args.api_content_type,
         server_selector,
         metrics.clone(),
         shutdown.clone(),

@@ -2,8 +2,10 @@
 //! and of the `TaintManagerEviction` Events (for the second-controller guard), forwarded to
 //! the controller loop.
 //!
-//! kube's watcher does the listing (paginated), resumes from the last resource version, and
-//! relists after `410 Gone` (emitting `Init`, `InitApply`…, `InitDone` again). Errors are
+//! Nodes and pods are listed and watched by `listwatch`, in protobuf unless told otherwise (the
+//! Events, rare and selected by the server, by kube's watcher in JSON). Both list page by page,
+//! resume from the last resource version, and relist after `410 Gone` (emitting `Init`,
+//! `InitApply`…, `InitDone` again). Errors are
 //! counted as watch restarts, passed on as [`Watch::Failed`] (the core then knows the cache
 //! may be stale), and retried with backoff (`backoff`); the stream never ends on its own.
 
@@ -16,8 +18,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::listwatch::{self, ContentType};
 use super::metrics::Metrics;
-use crate::adapters::slim::{self, SlimNode, SlimPod};
+use crate::adapters::slim::{SlimNode, SlimPod};
 
 /// What a watch delivers: its events, and word of each failure (it retries on its own).
 #[derive(Debug)]
@@ -43,17 +46,17 @@ pub struct Watches {
     pub taint_events: mpsc::Receiver<TaintEvent>,
 }
 
-async fn forward<K>(
-    api: Api<K>,
-    config: watcher::Config,
+async fn forward<K, E>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, E>> + Send + 'static,
     resource: &'static str,
     tx: mpsc::Sender<Watch<K>>,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
-    let mut stream = watcher(api, config).backoff(backoff()).boxed();
+    let mut stream = stream.backoff(backoff()).boxed();
     loop {
         let item = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -96,12 +99,13 @@ pub fn backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
     ResetTimerBackoff::new(schedule.into(), Duration::from_secs(30))
 }
 
-/// Start the watches. `page_size` bounds each list page (and the client memory it costs).
-/// The Events are selected by the API server (`reason=TaintManagerEviction`): only those of
-/// taint eviction controllers are sent.
+/// Start the watches. `page_size` bounds each list page (and the client memory it costs);
+/// `content_type` is the format nodes and pods are asked for. The Events are selected by the
+/// API server (`reason=TAINT_EVENT_REASON`): only those of taint eviction controllers are sent.
 pub fn spawn(
     client: Client,
     page_size: u32,
+    content_type: ContentType,
     node_selector: Option<&str>,
     metrics: Metrics,
     shutdown: CancellationToken,
@@ -109,23 +113,29 @@ pub fn spawn(
     let (node_tx, nodes_rx) = mpsc::channel(1024);
     let (pod_tx, pods_rx) = mpsc::channel(1024);
     let (event_tx, events_rx) = mpsc::channel(256);
-    let nodes: Api<SlimNode> = Api::all_with(client.clone(), &slim::node_resource());
-    let pods: Api<SlimPod> = Api::all_with(client.clone(), &slim::pod_resource());
-    let events: Api<Event> = Api::all(client);
-    let mut node_config = watcher::Config::default().page_size(page_size);
-    if let Some(selector) = node_selector {
-        node_config = node_config.labels(selector);
-    }
+    let config = |path: &str, labels: Option<&str>, fields: Option<&str>| listwatch::Config {
+        path: path.to_string(),
+        page_size,
+        labels: labels.map(str::to_string),
+        fields: fields.map(str::to_string),
+        content_type,
+        timeout_secs: 290,
+    };
+    let nodes = listwatch::list_watch::<SlimNode>(
+        client.clone(),
+        config("/api/v1/nodes", node_selector, None),
+    );
     // Unbound pods cannot be taint-evicted; they arrive as updates once bound.
-    let pod_config = watcher::Config::default()
-        .page_size(page_size)
-        .fields("spec.nodeName!=");
+    let pods = listwatch::list_watch::<SlimPod>(
+        client.clone(),
+        config("/api/v1/pods", None, Some("spec.nodeName!=")),
+    );
+    let events: Api<Event> = Api::all(client);
     let event_config = watcher::Config::default()
         .page_size(page_size)
         .fields(&format!("reason={TAINT_EVENT_REASON}"));
     tokio::spawn(forward(
         nodes,
-        node_config,
         "nodes",
         node_tx,
         metrics.clone(),
@@ -133,15 +143,13 @@ pub fn spawn(
     ));
     tokio::spawn(forward(
         pods,
-        pod_config,
         "pods",
         pod_tx,
         metrics.clone(),
         shutdown.clone(),
     ));
     tokio::spawn(forward(
-        events,
-        event_config,
+        watcher(events, event_config),
         "events",
         event_tx,
         metrics,

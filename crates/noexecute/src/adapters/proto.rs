@@ -1,0 +1,753 @@
+//! The API server's protobuf encoding of the objects taint eviction reads, decoded straight into
+//! the slim objects (`crate::adapters::slim`), as the slim JSON decoder does for JSON.
+//!
+//! The messages below declare only the fields the slim objects keep, under the field numbers of
+//! upstream's `generated.proto` (checked by `tests/proto_fields.rs` against the files
+//! `scripts/build-kube` takes from the Go module proxy). Every other field (managed fields,
+//! owner references, containers, volumes, the node's status) is skipped by its length without
+//! being read, and of the annotations only the key is looked at, without a copy: the input is
+//! a [`Bytes`], so `bytes` fields are slices of it.
+//!
+//! Wire format (apimachinery's `runtime/serializer/protobuf`):
+//! - a list or an object: the 4 bytes `k8s\0`, then a `runtime.Unknown` whose `raw` holds the
+//!   object's message;
+//! - a watch stream: frames of a 4-byte big-endian length, then a `metav1.WatchEvent` (no
+//!   prefix); its `object.raw` holds the object as above, prefix and `Unknown` included.
+//!
+//! What protobuf carries and JSON does not is dropped, so that both formats give the same
+//! observations: an empty string where JSON omits the field becomes `None`, a zero
+//! `generation` becomes `None`, and times keep whole seconds (JSON's RFC 3339 has no
+//! fractions; `metav1.Time` keeps nanoseconds in protobuf).
+
+use std::collections::BTreeMap;
+
+use bytes::{Buf, Bytes};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
+use kube::core::ObjectMeta;
+use prost::Message;
+
+use super::slim::{self, NoStatus, SlimNode, SlimPod, TAINT_DISRUPTION_REASON};
+
+/// The media type of protobuf bodies.
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// The media type of a protobuf watch stream.
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+/// What starts every enveloped protobuf body.
+pub const PREFIX: [u8; 4] = *b"k8s\0";
+
+/// Why a protobuf body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("protobuf body does not start with the k8s\\0 prefix")]
+    NoPrefix,
+    #[error("protobuf {what}: {source}")]
+    Message {
+        what: &'static str,
+        #[source]
+        source: prost::DecodeError,
+    },
+    #[error("protobuf {what}: expected kind {expected}, got {got:?}")]
+    Kind {
+        what: &'static str,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("protobuf {what}: {field} is not a valid time ({seconds} s)")]
+    Time {
+        what: &'static str,
+        field: &'static str,
+        seconds: i64,
+    },
+}
+
+fn message<M: Message + Default>(what: &'static str, raw: Bytes) -> Result<M, DecodeError> {
+    M::decode(raw).map_err(|source| DecodeError::Message { what, source })
+}
+
+// ---- runtime ----------------------------------------------------------------------------------
+
+#[derive(Clone, PartialEq, Message)]
+pub struct TypeMeta {
+    #[prost(string, optional, tag = "1")]
+    pub api_version: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub kind: Option<String>,
+}
+
+/// `runtime.Unknown`: the envelope around every protobuf object and list.
+#[derive(Clone, PartialEq, Message)]
+pub struct Unknown {
+    #[prost(message, optional, tag = "1")]
+    pub type_meta: Option<TypeMeta>,
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    pub raw: Option<Bytes>,
+    #[prost(string, optional, tag = "3")]
+    pub content_encoding: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub content_type: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct RawExtension {
+    #[prost(bytes = "bytes", optional, tag = "1")]
+    pub raw: Option<Bytes>,
+}
+
+// ---- meta/v1 ----------------------------------------------------------------------------------
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Time {
+    #[prost(int64, optional, tag = "1")]
+    pub seconds: Option<i64>,
+    #[prost(int32, optional, tag = "2")]
+    pub nanos: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct ListMeta {
+    #[prost(string, optional, tag = "2")]
+    pub resource_version: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub r#continue: Option<String>,
+}
+
+/// One annotation, read as two slices of the input: only the key is compared, and only the
+/// release annotation's value is copied.
+#[derive(Clone, PartialEq, Message)]
+pub struct StringEntry {
+    #[prost(bytes = "bytes", optional, tag = "1")]
+    pub key: Option<Bytes>,
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    pub value: Option<Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WireObjectMeta {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub namespace: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    pub uid: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    pub resource_version: Option<String>,
+    #[prost(int64, optional, tag = "7")]
+    pub generation: Option<i64>,
+    #[prost(message, optional, tag = "9")]
+    pub deletion_timestamp: Option<Time>,
+    #[prost(btree_map = "string, string", tag = "11")]
+    pub labels: BTreeMap<String, String>,
+    /// Map entries on the wire: a repeated message of key = 1, value = 2.
+    #[prost(bytes = "bytes", repeated, tag = "12")]
+    pub annotations: Vec<Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WatchEvent {
+    #[prost(string, optional, tag = "1")]
+    pub r#type: Option<String>,
+    #[prost(message, optional, tag = "2")]
+    pub object: Option<RawExtension>,
+}
+
+/// `metav1.Status`, as an ERROR watch event or an error response carries it.
+#[derive(Clone, PartialEq, Message)]
+pub struct Status {
+    #[prost(string, optional, tag = "2")]
+    pub status: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub message: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub reason: Option<String>,
+    #[prost(int32, optional, tag = "6")]
+    pub code: Option<i32>,
+}
+
+// ---- core/v1 ----------------------------------------------------------------------------------
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WireToleration {
+    #[prost(string, optional, tag = "1")]
+    pub key: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub operator: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub value: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub effect: Option<String>,
+    #[prost(int64, optional, tag = "5")]
+    pub toleration_seconds: Option<i64>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePodSpec {
+    #[prost(string, optional, tag = "10")]
+    pub node_name: Option<String>,
+    #[prost(message, repeated, tag = "22")]
+    pub tolerations: Vec<WireToleration>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePodCondition {
+    #[prost(bytes = "bytes", optional, tag = "1")]
+    pub r#type: Option<Bytes>,
+    #[prost(message, optional, tag = "4")]
+    pub last_transition_time: Option<Time>,
+    #[prost(bytes = "bytes", optional, tag = "5")]
+    pub reason: Option<Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePodStatus {
+    #[prost(string, optional, tag = "1")]
+    pub phase: Option<String>,
+    #[prost(message, repeated, tag = "2")]
+    pub conditions: Vec<WirePodCondition>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePod {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<WireObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    pub spec: Option<WirePodSpec>,
+    #[prost(message, optional, tag = "3")]
+    pub status: Option<WirePodStatus>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WireTaint {
+    #[prost(string, optional, tag = "1")]
+    pub key: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub value: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub effect: Option<String>,
+    #[prost(message, optional, tag = "4")]
+    pub time_added: Option<Time>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WireNodeSpec {
+    #[prost(message, repeated, tag = "5")]
+    pub taints: Vec<WireTaint>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WireNode {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<WireObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    pub spec: Option<WireNodeSpec>,
+}
+
+/// `PodList` and `NodeList`: the items stay undecoded slices until [`Decode::from_proto`].
+#[derive(Clone, PartialEq, Message)]
+pub struct WireList {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<ListMeta>,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub items: Vec<Bytes>,
+}
+
+// ---- the envelope -----------------------------------------------------------------------------
+
+/// The `Unknown` inside an enveloped body: its kind and its object's bytes.
+pub fn unwrap(mut body: Bytes) -> Result<(String, Bytes), DecodeError> {
+    if !body.starts_with(&PREFIX) {
+        return Err(DecodeError::NoPrefix);
+    }
+    body.advance(PREFIX.len());
+    let unknown: Unknown = message("envelope", body)?;
+    let kind = unknown.type_meta.and_then(|t| t.kind).unwrap_or_default();
+    Ok((kind, unknown.raw.unwrap_or_default()))
+}
+
+/// The object in an enveloped body, checking its kind.
+fn unwrap_kind(
+    what: &'static str,
+    expected: &'static str,
+    body: Bytes,
+) -> Result<Bytes, DecodeError> {
+    let (kind, raw) = unwrap(body)?;
+    if kind != expected {
+        return Err(DecodeError::Kind {
+            what,
+            expected,
+            got: kind,
+        });
+    }
+    Ok(raw)
+}
+
+/// A list page: its items and its `ListMeta` (resource version, continue token).
+pub struct Page<K> {
+    pub items: Vec<K>,
+    pub resource_version: Option<String>,
+    pub continue_token: Option<String>,
+}
+
+/// A frame of a protobuf watch stream.
+pub enum Frame<K> {
+    Added(K),
+    Modified(K),
+    Deleted(K),
+    /// A bookmark: only its resource version is read.
+    Bookmark(String),
+    /// An ERROR event: the `Status` it carries.
+    Error(StatusReport),
+}
+
+/// What an error `Status` says.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusReport {
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+}
+
+impl From<Status> for StatusReport {
+    fn from(s: Status) -> Self {
+        StatusReport {
+            code: s.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(0),
+            reason: s.reason.unwrap_or_default(),
+            message: s.message.unwrap_or_default(),
+        }
+    }
+}
+
+/// A `Status` body (an error response in protobuf).
+pub fn status(body: Bytes) -> Result<StatusReport, DecodeError> {
+    let raw = unwrap_kind("error response", "Status", body)?;
+    Ok(message::<Status>("Status", raw)?.into())
+}
+
+/// The slim objects protobuf decodes into.
+pub trait Decode: Sized {
+    /// The list kind (`PodList`), which the envelope of a list names.
+    const LIST_KIND: &'static str;
+    /// The object's message, without envelope.
+    fn from_proto(raw: Bytes) -> Result<Self, DecodeError>;
+    /// The resource version, from which a watch resumes.
+    fn resource_version(&self) -> Option<&str>;
+}
+
+/// A list body: the envelope, then a list of `K`.
+pub fn page<K: Decode>(body: Bytes) -> Result<Page<K>, DecodeError> {
+    let raw = unwrap_kind("list", K::LIST_KIND, body)?;
+    let list: WireList = message(K::LIST_KIND, raw)?;
+    let meta = list.metadata.unwrap_or_default();
+    Ok(Page {
+        items: list
+            .items
+            .into_iter()
+            .map(K::from_proto)
+            .collect::<Result<_, _>>()?,
+        resource_version: non_empty(meta.resource_version),
+        continue_token: non_empty(meta.r#continue),
+    })
+}
+
+/// One watch frame's message (the 4-byte length already taken off).
+pub fn frame<K: Decode>(frame: Bytes) -> Result<Frame<K>, DecodeError> {
+    let event: WatchEvent = message("WatchEvent", frame)?;
+    let raw = event.object.and_then(|o| o.raw).unwrap_or_default();
+    // The object is enveloped as a GET response is; a server that sent it bare is read too.
+    let object = if raw.starts_with(&PREFIX) {
+        unwrap(raw)?.1
+    } else {
+        raw
+    };
+    Ok(match event.r#type.as_deref().unwrap_or_default() {
+        "ADDED" => Frame::Added(K::from_proto(object)?),
+        "MODIFIED" => Frame::Modified(K::from_proto(object)?),
+        "DELETED" => Frame::Deleted(K::from_proto(object)?),
+        "BOOKMARK" => {
+            let node: WireNode = message("bookmark", object)?;
+            Frame::Bookmark(
+                node.metadata
+                    .and_then(|m| m.resource_version)
+                    .unwrap_or_default(),
+            )
+        }
+        "ERROR" => Frame::Error(message::<Status>("Status", object)?.into()),
+        other => {
+            return Err(DecodeError::Kind {
+                what: "watch event",
+                expected: "ADDED, MODIFIED, DELETED, BOOKMARK or ERROR",
+                got: other.to_string(),
+            });
+        }
+    })
+}
+
+// ---- into the slim objects --------------------------------------------------------------------
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// Whole seconds, as JSON carries them.
+fn time(what: &'static str, field: &'static str, t: Time) -> Result<MetaTime, DecodeError> {
+    let seconds = t.seconds.unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_second(seconds)
+        .map(MetaTime)
+        .map_err(|_| DecodeError::Time {
+            what,
+            field,
+            seconds,
+        })
+}
+
+fn meta(what: &'static str, m: Option<WireObjectMeta>) -> Result<Box<ObjectMeta>, DecodeError> {
+    let Some(m) = m else {
+        return Ok(Box::default());
+    };
+    let release = noexecute_engine::pipeline::RELEASE_ANNOTATION.as_bytes();
+    let mut annotations = None;
+    for entry in m.annotations {
+        let entry: StringEntry = message("annotation", entry)?;
+        if entry.key.as_deref() == Some(release) {
+            let value = String::from_utf8_lossy(&entry.value.unwrap_or_default()).into_owned();
+            annotations = Some(BTreeMap::from([(
+                noexecute_engine::pipeline::RELEASE_ANNOTATION.to_string(),
+                value,
+            )]));
+        }
+    }
+    Ok(Box::new(ObjectMeta {
+        name: non_empty(m.name),
+        namespace: non_empty(m.namespace),
+        uid: non_empty(m.uid),
+        resource_version: non_empty(m.resource_version),
+        generation: m.generation.filter(|g| *g != 0),
+        deletion_timestamp: m
+            .deletion_timestamp
+            .map(|t| time(what, "deletionTimestamp", t))
+            .transpose()?,
+        labels: (!m.labels.is_empty()).then_some(m.labels),
+        annotations,
+        ..ObjectMeta::default()
+    }))
+}
+
+impl Decode for SlimPod {
+    const LIST_KIND: &'static str = "PodList";
+
+    fn from_proto(raw: Bytes) -> Result<Self, DecodeError> {
+        let pod: WirePod = message("Pod", raw)?;
+        let spec = pod.spec.unwrap_or_default();
+        let status = pod.status.unwrap_or_default();
+        let taint_disruption = status
+            .conditions
+            .into_iter()
+            .find(|c| {
+                c.r#type.as_deref() == Some(b"DisruptionTarget".as_slice())
+                    && c.reason.as_deref() == Some(TAINT_DISRUPTION_REASON.as_bytes())
+            })
+            .and_then(|c| c.last_transition_time)
+            .map(|t| time("Pod", "lastTransitionTime", t))
+            .transpose()?;
+        Ok(SlimPod {
+            metadata: meta("Pod", pod.metadata)?,
+            spec: slim::PodSpec {
+                node_name: non_empty(spec.node_name),
+                tolerations: spec
+                    .tolerations
+                    .into_iter()
+                    .map(|t| core::Toleration {
+                        key: non_empty(t.key),
+                        operator: non_empty(t.operator),
+                        value: non_empty(t.value),
+                        effect: non_empty(t.effect),
+                        toleration_seconds: t.toleration_seconds,
+                    })
+                    .collect(),
+            },
+            status: Some(slim::PodStatus {
+                phase: non_empty(status.phase),
+                taint_disruption,
+            }),
+        })
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
+
+impl Decode for SlimNode {
+    const LIST_KIND: &'static str = "NodeList";
+
+    fn from_proto(raw: Bytes) -> Result<Self, DecodeError> {
+        let node: WireNode = message("Node", raw)?;
+        Ok(SlimNode {
+            metadata: meta("Node", node.metadata)?,
+            spec: slim::NodeSpec {
+                taints: node
+                    .spec
+                    .unwrap_or_default()
+                    .taints
+                    .into_iter()
+                    .map(|t| {
+                        Ok(core::Taint {
+                            key: t.key.unwrap_or_default(),
+                            value: non_empty(t.value),
+                            effect: t.effect.unwrap_or_default(),
+                            time_added: t
+                                .time_added
+                                .map(|a| time("Node", "timeAdded", a))
+                                .transpose()?,
+                        })
+                    })
+                    .collect::<Result<_, DecodeError>>()?,
+            },
+            status: Some(NoStatus {}),
+        })
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enveloped(kind: &str, raw: Vec<u8>) -> Bytes {
+        let unknown = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some("v1".into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw.into()),
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+        };
+        let mut body = PREFIX.to_vec();
+        body.extend(unknown.encode_to_vec());
+        body.into()
+    }
+
+    fn entry(key: &str, value: &str) -> Bytes {
+        StringEntry {
+            key: Some(Bytes::copy_from_slice(key.as_bytes())),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        }
+        .encode_to_vec()
+        .into()
+    }
+
+    fn seconds(s: i64, nanos: i32) -> Time {
+        Time {
+            seconds: Some(s),
+            nanos: Some(nanos),
+        }
+    }
+
+    /// As Go marshals a pod: every string written, empty or not.
+    fn wire_pod(name: &str) -> WirePod {
+        let release = noexecute_engine::pipeline::RELEASE_ANNOTATION;
+        WirePod {
+            metadata: Some(WireObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                uid: Some("u-1".into()),
+                resource_version: Some("42".into()),
+                generation: Some(0),
+                deletion_timestamp: Some(seconds(1_700_000_000, 999_999_999)),
+                labels: BTreeMap::from([("app".into(), "web".into())]),
+                annotations: vec![
+                    entry("kubectl.kubernetes.io/last-applied-configuration", "{...}"),
+                    entry(release, "2026-12-01T00:00:00Z"),
+                ],
+            }),
+            spec: Some(WirePodSpec {
+                node_name: Some("node-1".into()),
+                tolerations: vec![
+                    WireToleration {
+                        key: Some("node.kubernetes.io/unreachable".into()),
+                        operator: Some("Exists".into()),
+                        value: Some(String::new()),
+                        effect: Some("NoExecute".into()),
+                        toleration_seconds: Some(300),
+                    },
+                    WireToleration {
+                        key: Some(String::new()),
+                        operator: Some("Exists".into()),
+                        value: Some(String::new()),
+                        effect: Some(String::new()),
+                        toleration_seconds: None,
+                    },
+                ],
+            }),
+            status: Some(WirePodStatus {
+                phase: Some("Running".into()),
+                conditions: vec![
+                    WirePodCondition {
+                        r#type: Some(Bytes::from_static(b"Ready")),
+                        last_transition_time: Some(seconds(1, 0)),
+                        reason: Some(Bytes::new()),
+                    },
+                    WirePodCondition {
+                        r#type: Some(Bytes::from_static(b"DisruptionTarget")),
+                        last_transition_time: Some(seconds(1_700_000_100, 5)),
+                        reason: Some(Bytes::from_static(TAINT_DISRUPTION_REASON.as_bytes())),
+                    },
+                ],
+            }),
+        }
+    }
+
+    /// The same pod as the API server's JSON has it.
+    fn json_pod(name: &str) -> SlimPod {
+        let release = noexecute_engine::pipeline::RELEASE_ANNOTATION;
+        let json = serde_json::json!({
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
+                "deletionTimestamp": "2023-11-14T22:13:20Z",
+                "labels": {"app": "web"},
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                    release: "2026-12-01T00:00:00Z"
+                }
+            },
+            "spec": {"nodeName": "node-1", "containers": [], "tolerations": [
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                 "effect": "NoExecute", "tolerationSeconds": 300},
+                {"operator": "Exists"}
+            ]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:00:01Z"},
+                {"type": "DisruptionTarget", "status": "True", "reason": TAINT_DISRUPTION_REASON,
+                 "lastTransitionTime": "2023-11-14T22:15:00Z"}
+            ]}
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_protobuf_pod_list_decodes_to_what_its_json_gives() {
+        let list = WireList {
+            metadata: Some(ListMeta {
+                resource_version: Some("77".into()),
+                r#continue: Some(String::new()),
+            }),
+            items: vec![
+                wire_pod("a").encode_to_vec().into(),
+                wire_pod("b").encode_to_vec().into(),
+            ],
+        };
+        let page: Page<SlimPod> = page(enveloped("PodList", list.encode_to_vec())).unwrap();
+        assert_eq!(page.resource_version.as_deref(), Some("77"));
+        assert_eq!(
+            page.continue_token, None,
+            "an empty continue is no continue"
+        );
+        assert_eq!(page.items, vec![json_pod("a"), json_pod("b")]);
+    }
+
+    #[test]
+    fn a_node_keeps_its_taints_and_their_times_in_whole_seconds() {
+        let node = WireNode {
+            metadata: Some(WireObjectMeta {
+                name: Some("n".into()),
+                resource_version: Some("5".into()),
+                ..WireObjectMeta::default()
+            }),
+            spec: Some(WireNodeSpec {
+                taints: vec![
+                    WireTaint {
+                        key: Some("k".into()),
+                        value: Some(String::new()),
+                        effect: Some("NoExecute".into()),
+                        time_added: Some(seconds(1_700_000_000, 750_000_000)),
+                    },
+                    WireTaint {
+                        key: Some("k2".into()),
+                        value: Some("v".into()),
+                        effect: Some("NoSchedule".into()),
+                        time_added: None,
+                    },
+                ],
+            }),
+        };
+        let got = SlimNode::from_proto(node.encode_to_vec().into()).unwrap();
+        let want: SlimNode = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "resourceVersion": "5"},
+            "spec": {"taints": [
+                {"key": "k", "effect": "NoExecute", "timeAdded": "2023-11-14T22:13:20Z"},
+                {"key": "k2", "value": "v", "effect": "NoSchedule"}
+            ]},
+            "status": {}
+        }))
+        .unwrap();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn watch_frames_carry_enveloped_objects_bookmarks_and_errors() {
+        let frame_of = |kind: &str, object: Bytes| -> Bytes {
+            WatchEvent {
+                r#type: Some(kind.into()),
+                object: Some(RawExtension { raw: Some(object) }),
+            }
+            .encode_to_vec()
+            .into()
+        };
+        let pod = enveloped("Pod", wire_pod("a").encode_to_vec());
+        assert!(matches!(
+            frame::<SlimPod>(frame_of("MODIFIED", pod)).unwrap(),
+            Frame::Modified(p) if p == json_pod("a")
+        ));
+        let bookmark = WirePod {
+            metadata: Some(WireObjectMeta {
+                resource_version: Some("99".into()),
+                ..WireObjectMeta::default()
+            }),
+            ..WirePod::default()
+        };
+        let bookmark = enveloped("Pod", bookmark.encode_to_vec());
+        assert!(matches!(
+            frame::<SlimPod>(frame_of("BOOKMARK", bookmark)).unwrap(),
+            Frame::Bookmark(rv) if rv == "99"
+        ));
+        let gone = Status {
+            status: Some("Failure".into()),
+            message: Some("too old resource version: 1 (5)".into()),
+            reason: Some("Expired".into()),
+            code: Some(410),
+        };
+        let gone = enveloped("Status", gone.encode_to_vec());
+        assert!(matches!(
+            frame::<SlimPod>(frame_of("ERROR", gone)).unwrap(),
+            Frame::Error(StatusReport { code: 410, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_bodies_are_named_errors_not_panics() {
+        assert!(matches!(
+            page::<SlimPod>(Bytes::from_static(b"{\"kind\":\"PodList\"}")),
+            Err(DecodeError::NoPrefix)
+        ));
+        assert!(matches!(
+            page::<SlimPod>(enveloped("NodeList", Vec::new())),
+            Err(DecodeError::Kind {
+                expected: "PodList",
+                ..
+            })
+        ));
+        let mut truncated = wire_pod("a").encode_to_vec();
+        truncated.truncate(truncated.len() / 2);
+        let err = SlimPod::from_proto(truncated.into()).unwrap_err();
+        assert!(err.to_string().contains("Pod"), "{err}");
+        let unknown_type = WatchEvent {
+            r#type: Some("SOMETHING".into()),
+            object: None,
+        };
+        assert!(frame::<SlimPod>(unknown_type.encode_to_vec().into()).is_err());
+    }
+}

@@ -1,0 +1,537 @@
+//! List and watch one resource, in protobuf (the API server's own format, as client-go speaks
+//! it) or JSON, into the same [`watcher::Event`]s kube's watcher gives.
+//!
+//! The steps are kube's watcher's, for one format or the other:
+//! - `Init`, then each listed object as `InitApply`, page by page (`limit` and `continue`,
+//!   from `resourceVersion=0`, so the API server answers from its cache), then `InitDone`;
+//! - a watch from the list's resource version, with bookmarks; each event moves the resource
+//!   version on, and a watch that ends (the server's timeout, or no word for 5 s past it) is
+//!   started again from there;
+//! - a `410 Gone`, as an ERROR event or as the watch's answer, starts over with a new list;
+//!   any other failure is reported (the caller backs off) and retried from where it stood.
+//!
+//! The format: in protobuf, requests accept `application/vnd.kubernetes.protobuf` and then
+//! `application/json`, and each response is read by the content type it declares, so a proxy
+//! that passes only JSON costs nothing. A `406` or `415` answer switches the stream to JSON
+//! for good.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::Stream;
+use http::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE};
+use http::{HeaderValue, StatusCode};
+use http_body_util::BodyExt;
+use kube::Client;
+use kube::api::{ListParams, VersionMatch, WatchParams};
+use kube::client::Body;
+use kube::core::{ObjectList, WatchEvent};
+use kube::runtime::watcher::Event;
+use serde::de::DeserializeOwned;
+
+use crate::adapters::proto::{self, Decode, DecodeError, Frame, Page, StatusReport};
+
+/// The format requests ask for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ContentType {
+    /// `application/vnd.kubernetes.protobuf`, with JSON accepted as well.
+    #[default]
+    Protobuf,
+    /// `application/json` only.
+    Json,
+}
+
+impl ContentType {
+    fn accept(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            ContentType::Protobuf => "application/vnd.kubernetes.protobuf, application/json",
+            ContentType::Json => "application/json",
+        })
+    }
+}
+
+/// What to list and watch.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The collection's path: `/api/v1/pods`.
+    pub path: String,
+    pub page_size: u32,
+    pub labels: Option<String>,
+    pub fields: Option<String>,
+    pub content_type: ContentType,
+    /// The watch's `timeoutSeconds` (kube's and client-go's default: 290 s).
+    pub timeout_secs: u32,
+}
+
+/// Why a step failed. The stream goes on after each (the caller backs off).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("list: {0}")]
+    List(#[source] Failure),
+    #[error("starting the watch: {0}")]
+    WatchStart(#[source] Failure),
+    #[error("watch: {0}")]
+    Watch(#[source] Failure),
+    #[error("the list gave no resource version to watch from")]
+    NoResourceVersion,
+}
+
+/// One failed request or response.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Request(#[from] kube::Error),
+    #[error("reading the response: {0}")]
+    Body(String),
+    #[error("{code} {reason}: {message}")]
+    Status {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("decoding: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("decoding: {0}")]
+    Proto(#[from] DecodeError),
+    #[error("unexpected content type {0:?}")]
+    ContentType(String),
+}
+
+impl Failure {
+    fn gone(&self) -> bool {
+        matches!(self, Failure::Status { code: 410, .. })
+    }
+}
+
+impl From<StatusReport> for Failure {
+    fn from(s: StatusReport) -> Self {
+        Failure::Status {
+            code: s.code,
+            reason: s.reason,
+            message: s.message,
+        }
+    }
+}
+
+/// The format of a response, from its content type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wire {
+    Protobuf,
+    Json,
+}
+
+fn wire(response: &http::Response<Body>) -> Result<Wire, Failure> {
+    let ct = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if ct.starts_with(proto::MEDIA_TYPE) {
+        Ok(Wire::Protobuf)
+    } else if ct.starts_with("application/json") {
+        Ok(Wire::Json)
+    } else {
+        Err(Failure::ContentType(ct.to_string()))
+    }
+}
+
+/// Objects both formats decode into.
+pub trait Object: Decode + DeserializeOwned + Clone + Send + 'static {}
+impl<K: Decode + DeserializeOwned + Clone + Send + 'static> Object for K {}
+
+enum State<K> {
+    Empty,
+    Listing {
+        continue_token: Option<String>,
+        objects: VecDeque<K>,
+        resource_version: Option<String>,
+    },
+    Listed {
+        resource_version: String,
+    },
+    Watching {
+        resource_version: String,
+        frames: Frames,
+    },
+}
+
+/// The list-watch of one resource, as a stream that never ends on its own.
+pub fn list_watch<K: Object>(
+    client: Client,
+    config: Config,
+) -> impl Stream<Item = Result<Event<K>, Error>> + Send {
+    let lw = ListWatch {
+        client,
+        content_type: config.content_type,
+        config,
+    };
+    futures::stream::unfold((lw, State::Empty), |(mut lw, state)| async move {
+        let (item, state) = lw.step(state).await;
+        Some((item, (lw, state)))
+    })
+}
+
+struct ListWatch {
+    client: Client,
+    config: Config,
+    /// The format asked for now: protobuf until the server refuses it.
+    content_type: ContentType,
+}
+
+impl ListWatch {
+    /// Steps until there is something to say.
+    async fn step<K: Object>(
+        &mut self,
+        mut state: State<K>,
+    ) -> (Result<Event<K>, Error>, State<K>) {
+        loop {
+            match self.step_once(state).await {
+                (Some(item), next) => return (item, next),
+                (None, next) => state = next,
+            }
+        }
+    }
+
+    async fn step_once<K: Object>(
+        &mut self,
+        state: State<K>,
+    ) -> (Option<Result<Event<K>, Error>>, State<K>) {
+        match state {
+            State::Empty => (
+                Some(Ok(Event::Init)),
+                State::Listing {
+                    continue_token: None,
+                    objects: VecDeque::new(),
+                    resource_version: None,
+                },
+            ),
+            State::Listing {
+                continue_token,
+                mut objects,
+                resource_version,
+            } => {
+                if let Some(object) = objects.pop_front() {
+                    return (
+                        Some(Ok(Event::InitApply(object))),
+                        State::Listing {
+                            continue_token,
+                            objects,
+                            resource_version,
+                        },
+                    );
+                }
+                if continue_token.is_none()
+                    && let Some(resource_version) = resource_version
+                {
+                    return (
+                        Some(Ok(Event::InitDone)),
+                        State::Listed { resource_version },
+                    );
+                }
+                match self.list::<K>(continue_token).await {
+                    Ok(page) => {
+                        if page.resource_version.is_none() && page.continue_token.is_none() {
+                            return (Some(Err(Error::NoResourceVersion)), State::Empty);
+                        }
+                        (
+                            None,
+                            State::Listing {
+                                continue_token: page.continue_token,
+                                objects: page.items.into(),
+                                resource_version: page.resource_version,
+                            },
+                        )
+                    }
+                    // A continue token that expired (410) as any other failure: list afresh.
+                    Err(e) => (Some(Err(Error::List(e))), State::Empty),
+                }
+            }
+            State::Listed { resource_version } => match self.watch(&resource_version).await {
+                Ok(frames) => (
+                    None,
+                    State::Watching {
+                        resource_version,
+                        frames,
+                    },
+                ),
+                Err(e) if e.gone() => (Some(Err(Error::WatchStart(e))), State::Empty),
+                Err(e) => (
+                    Some(Err(Error::WatchStart(e))),
+                    State::Listed { resource_version },
+                ),
+            },
+            State::Watching {
+                resource_version,
+                mut frames,
+            } => {
+                let idle = Duration::from_secs(u64::from(self.config.timeout_secs) + 5);
+                let next = match tokio::time::timeout(idle, frames.next::<K>()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        tracing::debug!(path = %self.config.path, "watch idle past its timeout; starting it again");
+                        None
+                    }
+                };
+                match next {
+                    None => (None, State::Listed { resource_version }),
+                    Some(Err(e)) => (
+                        Some(Err(Error::Watch(e))),
+                        State::Listed { resource_version },
+                    ),
+                    Some(Ok(frame)) => match frame {
+                        Frame::Added(o) | Frame::Modified(o) => self.moved(o, Event::Apply, frames),
+                        Frame::Deleted(o) => self.moved(o, Event::Delete, frames),
+                        Frame::Bookmark(rv) => (
+                            None,
+                            State::Watching {
+                                resource_version: if rv.is_empty() { resource_version } else { rv },
+                                frames,
+                            },
+                        ),
+                        Frame::Error(status) => {
+                            let failure = Failure::from(status);
+                            let next = if failure.gone() {
+                                State::Empty
+                            } else {
+                                State::Watching {
+                                    resource_version,
+                                    frames,
+                                }
+                            };
+                            (Some(Err(Error::Watch(failure))), next)
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// An applied or deleted object moves the resource version on.
+    fn moved<K: Object>(
+        &self,
+        object: K,
+        event: fn(K) -> Event<K>,
+        frames: Frames,
+    ) -> (Option<Result<Event<K>, Error>>, State<K>) {
+        match object.resource_version().map(str::to_string) {
+            Some(resource_version) if !resource_version.is_empty() => (
+                Some(Ok(event(object))),
+                State::Watching {
+                    resource_version,
+                    frames,
+                },
+            ),
+            _ => (Some(Err(Error::NoResourceVersion)), State::Empty),
+        }
+    }
+
+    fn list_params(&self, continue_token: Option<String>) -> ListParams {
+        ListParams {
+            label_selector: self.config.labels.clone(),
+            field_selector: self.config.fields.clone(),
+            resource_version: Some("0".into()),
+            version_match: Some(VersionMatch::NotOlderThan),
+            limit: Some(self.config.page_size),
+            continue_token,
+            ..ListParams::default()
+        }
+    }
+
+    fn watch_params(&self) -> WatchParams {
+        WatchParams {
+            label_selector: self.config.labels.clone(),
+            field_selector: self.config.fields.clone(),
+            timeout: Some(self.config.timeout_secs),
+            bookmarks: true,
+            send_initial_events: false,
+        }
+    }
+
+    /// Sends a request in the current format; a 406 or 415 switches to JSON and sends again.
+    async fn send(
+        &mut self,
+        request: impl Fn() -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+        watch: bool,
+    ) -> Result<(Wire, http::Response<Body>), Failure> {
+        loop {
+            let mut req = request().map_err(|e| Failure::Request(kube::Error::BuildRequest(e)))?;
+            req.headers_mut().insert(ACCEPT, self.content_type.accept());
+            if watch {
+                // As kube's watch: a gzipped watch stream is one member per event, which the
+                // client's decompression does not read.
+                req.headers_mut()
+                    .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            }
+            let response = self.client.send(req.map(Body::from)).await?;
+            let status = response.status();
+            if self.content_type == ContentType::Protobuf
+                && (status == StatusCode::NOT_ACCEPTABLE
+                    || status == StatusCode::UNSUPPORTED_MEDIA_TYPE)
+            {
+                tracing::warn!(path = %self.config.path, %status, "the API server refused protobuf; using JSON from now on");
+                self.content_type = ContentType::Json;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(error_response(response).await);
+            }
+            let wire = wire(&response)?;
+            return Ok((wire, response));
+        }
+    }
+
+    async fn list<K: Object>(
+        &mut self,
+        continue_token: Option<String>,
+    ) -> Result<Page<K>, Failure> {
+        let lp = self.list_params(continue_token);
+        let path = self.config.path.clone();
+        let (wire, response) = self
+            .send(|| kube::core::Request::new(&path).list(&lp), false)
+            .await?;
+        let body = body(response).await?;
+        match wire {
+            Wire::Protobuf => Ok(proto::page(body)?),
+            Wire::Json => {
+                let list: ObjectList<K> = serde_json::from_slice(&body)?;
+                Ok(Page {
+                    items: list.items,
+                    resource_version: list.metadata.resource_version.filter(|s| !s.is_empty()),
+                    continue_token: list.metadata.continue_.filter(|s| !s.is_empty()),
+                })
+            }
+        }
+    }
+
+    async fn watch(&mut self, resource_version: &str) -> Result<Frames, Failure> {
+        let wp = self.watch_params();
+        let path = self.config.path.clone();
+        let (wire, response) = self
+            .send(
+                || kube::core::Request::new(&path).watch(&wp, resource_version),
+                true,
+            )
+            .await?;
+        Ok(Frames {
+            wire,
+            body: response.into_body(),
+            buffer: BytesMut::new(),
+        })
+    }
+}
+
+async fn body(response: http::Response<Body>) -> Result<Bytes, Failure> {
+    response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .map_err(|e| Failure::Body(e.to_string()))
+}
+
+/// An error response's `Status`, in whichever format it came; its HTTP code if it has none.
+async fn error_response(response: http::Response<Body>) -> Failure {
+    let code = response.status().as_u16();
+    let wire = wire(&response);
+    let body = match body(response).await {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let report = match wire {
+        Ok(Wire::Protobuf) => proto::status(body.clone()).ok(),
+        _ => serde_json::from_slice::<kube::core::Status>(&body)
+            .ok()
+            .map(|s| StatusReport {
+                code: s.code,
+                reason: s.reason,
+                message: s.message,
+            }),
+    };
+    let mut report = report.unwrap_or_else(|| StatusReport {
+        code,
+        reason: String::new(),
+        message: String::from_utf8_lossy(&body).chars().take(200).collect(),
+    });
+    if report.code == 0 {
+        report.code = code;
+    }
+    report.into()
+}
+
+/// A watch response's frames: length-prefixed messages in protobuf, lines in JSON.
+struct Frames {
+    wire: Wire,
+    body: Body,
+    buffer: BytesMut,
+}
+
+impl Frames {
+    /// The next event; `None` when the stream ends (the server's timeout, a cut connection).
+    async fn next<K: Object>(&mut self) -> Option<Result<Frame<K>, Failure>> {
+        loop {
+            if let Some(frame) = self.split() {
+                return Some(self.decode(frame));
+            }
+            match self.body.frame().await {
+                None => return None,
+                Some(Ok(f)) => {
+                    if let Ok(data) = f.into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    // A watch cut mid-stream ends it; the caller resumes from its version.
+                    tracing::debug!(error = %e, "watch stream ended");
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// One whole frame off the buffer, if it holds one.
+    fn split(&mut self) -> Option<Bytes> {
+        match self.wire {
+            Wire::Protobuf => {
+                if self.buffer.len() < 4 {
+                    return None;
+                }
+                let len = u32::from_be_bytes([
+                    self.buffer[0],
+                    self.buffer[1],
+                    self.buffer[2],
+                    self.buffer[3],
+                ]) as usize;
+                if self.buffer.len() < 4 + len {
+                    return None;
+                }
+                self.buffer.advance(4);
+                Some(self.buffer.split_to(len).freeze())
+            }
+            Wire::Json => loop {
+                let at = self.buffer.iter().position(|b| *b == b'\n')?;
+                let line = self.buffer.split_to(at + 1).freeze();
+                if line.len() > 1 {
+                    return Some(line.slice(..at));
+                }
+            },
+        }
+    }
+
+    fn decode<K: Object>(&self, frame: Bytes) -> Result<Frame<K>, Failure> {
+        match self.wire {
+            Wire::Protobuf => Ok(proto::frame(frame)?),
+            Wire::Json => Ok(match serde_json::from_slice::<WatchEvent<K>>(&frame)? {
+                WatchEvent::Added(o) => Frame::Added(o),
+                WatchEvent::Modified(o) => Frame::Modified(o),
+                WatchEvent::Deleted(o) => Frame::Deleted(o),
+                WatchEvent::Bookmark(b) => Frame::Bookmark(b.metadata.resource_version),
+                WatchEvent::Error(s) => Frame::Error(StatusReport {
+                    code: s.code,
+                    reason: s.reason,
+                    message: s.message,
+                }),
+            }),
+        }
+    }
+}
