@@ -516,6 +516,8 @@ impl Decode for SlimNode {
 mod tests {
     use super::*;
 
+    type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
     fn enveloped(kind: &str, raw: Vec<u8>) -> Bytes {
         let unknown = Unknown {
             type_meta: Some(TypeMeta {
@@ -602,7 +604,7 @@ mod tests {
     }
 
     /// The same pod as the API server's JSON has it.
-    fn json_pod(name: &str) -> SlimPod {
+    fn json_pod(name: &str) -> R<SlimPod> {
         let release = noexecute_engine::pipeline::RELEASE_ANNOTATION;
         let json = serde_json::json!({
             "metadata": {
@@ -625,11 +627,11 @@ mod tests {
                  "lastTransitionTime": "2023-11-14T22:15:00Z"}
             ]}
         });
-        serde_json::from_value(json).unwrap()
+        Ok(serde_json::from_value(json)?)
     }
 
     #[test]
-    fn a_protobuf_pod_list_decodes_to_what_its_json_gives() {
+    fn a_protobuf_pod_list_decodes_to_what_its_json_gives() -> R {
         let list = WireList {
             metadata: Some(ListMeta {
                 resource_version: Some("77".into()),
@@ -640,17 +642,18 @@ mod tests {
                 wire_pod("b").encode_to_vec().into(),
             ],
         };
-        let page: Page<SlimPod> = page(enveloped("PodList", list.encode_to_vec())).unwrap();
+        let page: Page<SlimPod> = page(enveloped("PodList", list.encode_to_vec()))?;
         assert_eq!(page.resource_version.as_deref(), Some("77"));
         assert_eq!(
             page.continue_token, None,
             "an empty continue is no continue"
         );
-        assert_eq!(page.items, vec![json_pod("a"), json_pod("b")]);
+        assert_eq!(page.items, vec![json_pod("a")?, json_pod("b")?]);
+        Ok(())
     }
 
     #[test]
-    fn a_node_keeps_its_taints_and_their_times_in_whole_seconds() {
+    fn a_node_keeps_its_taints_and_their_times_in_whole_seconds() -> R {
         let node = WireNode {
             metadata: Some(WireObjectMeta {
                 name: Some("n".into()),
@@ -674,7 +677,7 @@ mod tests {
                 ],
             }),
         };
-        let got = SlimNode::from_proto(node.encode_to_vec().into()).unwrap();
+        let got = SlimNode::from_proto(node.encode_to_vec().into())?;
         let want: SlimNode = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n", "resourceVersion": "5"},
             "spec": {"taints": [
@@ -682,13 +685,13 @@ mod tests {
                 {"key": "k2", "value": "v", "effect": "NoSchedule"}
             ]},
             "status": {}
-        }))
-        .unwrap();
+        }))?;
         assert_eq!(got, want);
+        Ok(())
     }
 
     #[test]
-    fn watch_frames_carry_enveloped_objects_bookmarks_and_errors() {
+    fn watch_frames_carry_enveloped_objects_bookmarks_and_errors() -> R {
         let frame_of = |kind: &str, object: Bytes| -> Bytes {
             WatchEvent {
                 r#type: Some(kind.into()),
@@ -699,8 +702,8 @@ mod tests {
         };
         let pod = enveloped("Pod", wire_pod("a").encode_to_vec());
         assert!(matches!(
-            frame::<SlimPod>(frame_of("MODIFIED", pod)).unwrap(),
-            Frame::Modified(p) if p == json_pod("a")
+            frame::<SlimPod>(frame_of("MODIFIED", pod))?,
+            Frame::Modified(p) if p == json_pod("a")?
         ));
         let bookmark = WirePod {
             metadata: Some(WireObjectMeta {
@@ -711,7 +714,7 @@ mod tests {
         };
         let bookmark = enveloped("Pod", bookmark.encode_to_vec());
         assert!(matches!(
-            frame::<SlimPod>(frame_of("BOOKMARK", bookmark)).unwrap(),
+            frame::<SlimPod>(frame_of("BOOKMARK", bookmark))?,
             Frame::Bookmark(rv) if rv == "99"
         ));
         let gone = Status {
@@ -722,13 +725,14 @@ mod tests {
         };
         let gone = enveloped("Status", gone.encode_to_vec());
         assert!(matches!(
-            frame::<SlimPod>(frame_of("ERROR", gone)).unwrap(),
+            frame::<SlimPod>(frame_of("ERROR", gone))?,
             Frame::Error(StatusReport { code: 410, .. })
         ));
+        Ok(())
     }
 
     #[test]
-    fn bad_bodies_are_named_errors_not_panics() {
+    fn bad_bodies_are_named_errors_not_panics() -> R {
         assert!(matches!(
             page::<SlimPod>(Bytes::from_static(b"{\"kind\":\"PodList\"}")),
             Err(DecodeError::NoPrefix)
@@ -742,12 +746,15 @@ mod tests {
         ));
         let mut truncated = wire_pod("a").encode_to_vec();
         truncated.truncate(truncated.len() / 2);
-        let err = SlimPod::from_proto(truncated.into()).unwrap_err();
+        let err = SlimPod::from_proto(truncated.into())
+            .err()
+            .ok_or("a truncated pod decoded")?;
         assert!(err.to_string().contains("Pod"), "{err}");
         let unknown_type = WatchEvent {
             r#type: Some("SOMETHING".into()),
             object: None,
         };
         assert!(frame::<SlimPod>(unknown_type.encode_to_vec().into()).is_err());
+        Ok(())
     }
 }

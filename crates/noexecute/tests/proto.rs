@@ -1,0 +1,1124 @@
+//! Protobuf against a real API server: the decoder's field numbers are upstream's, the
+//! protobuf and JSON list-watches give the same observations of the same objects, and a
+//! server that refuses protobuf gets JSON.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use futures::{Stream, StreamExt};
+use http::Request;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
+use kube::Client;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::client::Body;
+use kube::runtime::watcher::Event;
+use noexecute::adapters::proto::{self, Decode};
+use noexecute::adapters::slim::{SlimNode, SlimPod, TAINT_DISRUPTION_REASON};
+use noexecute::controller::listwatch::{self, ContentType};
+use noexecute_testkit::{Plane, TestNamespace, pod};
+use prost::Message;
+
+fn plane() -> Result<&'static Plane> {
+    Plane::shared("proto", &[])
+}
+
+// ---- field numbers ---------------------------------------------------------------------------
+
+/// A message's fields: name → (type, number).
+type Fields = BTreeMap<String, (String, u32)>;
+
+/// `message NAME { ... }` blocks of a `.proto` file.
+fn messages(path: &PathBuf) -> Result<BTreeMap<String, Fields>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path:?}"))?;
+    let mut out: BTreeMap<String, Fields> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("message ") {
+            let name = rest.trim_end_matches('{').trim().to_string();
+            out.entry(name.clone()).or_default();
+            current = Some(name);
+            continue;
+        }
+        if line == "}" {
+            current = None;
+            continue;
+        }
+        let Some(message) = &current else { continue };
+        let Some(decl) = line.strip_suffix(';') else {
+            continue;
+        };
+        let Some((lhs, number)) = decl.split_once('=') else {
+            continue;
+        };
+        let lhs = lhs
+            .trim()
+            .trim_start_matches("optional ")
+            .trim_start_matches("repeated ");
+        let Some((ty, field)) = lhs.rsplit_once(' ') else {
+            continue;
+        };
+        let number: u32 = number
+            .trim()
+            .parse()
+            .with_context(|| format!("{path:?}: field number in {line:?}"))?;
+        if let Some(fields) = out.get_mut(message) {
+            fields.insert(field.to_string(), (ty.trim().to_string(), number));
+        }
+    }
+    Ok(out)
+}
+
+/// The field number prost writes for a message with one field set.
+fn tag_of(m: impl Message) -> Result<u32> {
+    let bytes = m.encode_to_vec();
+    let key = prost::encoding::decode_varint(&mut bytes.as_slice())
+        .map_err(|e| anyhow!("no field written: {e}"))?;
+    Ok((key >> 3) as u32)
+}
+
+#[test]
+fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
+    use proto::*;
+    use std::collections::BTreeMap as Map;
+    let bin = PathBuf::from(
+        plane()?
+            .env
+            .get("NOEXECUTE_KUBE_BIN")
+            .ok_or_else(|| anyhow!("the plane's env has no NOEXECUTE_KUBE_BIN"))?,
+    );
+    let mut files = Map::new();
+    for f in ["core-v1", "meta-v1", "runtime"] {
+        files.insert(f, messages(&bin.join("proto").join(format!("{f}.proto")))?);
+    }
+    let s = || Some(String::new());
+    let b = || Some(bytes::Bytes::new());
+    let t = || Some(Time::default());
+    // (file, upstream message, upstream field, upstream type (last segment), our message with
+    // only that field set)
+    let checks: Vec<(&str, &str, &str, &str, Result<u32>)> = vec![
+        (
+            "runtime",
+            "TypeMeta",
+            "apiVersion",
+            "string",
+            tag_of(TypeMeta {
+                api_version: s(),
+                kind: None,
+            }),
+        ),
+        (
+            "runtime",
+            "TypeMeta",
+            "kind",
+            "string",
+            tag_of(TypeMeta {
+                api_version: None,
+                kind: s(),
+            }),
+        ),
+        (
+            "runtime",
+            "Unknown",
+            "typeMeta",
+            "TypeMeta",
+            tag_of(Unknown {
+                type_meta: Some(TypeMeta::default()),
+                ..Unknown::default()
+            }),
+        ),
+        (
+            "runtime",
+            "Unknown",
+            "raw",
+            "bytes",
+            tag_of(Unknown {
+                raw: b(),
+                ..Unknown::default()
+            }),
+        ),
+        (
+            "runtime",
+            "Unknown",
+            "contentEncoding",
+            "string",
+            tag_of(Unknown {
+                content_encoding: s(),
+                ..Unknown::default()
+            }),
+        ),
+        (
+            "runtime",
+            "Unknown",
+            "contentType",
+            "string",
+            tag_of(Unknown {
+                content_type: s(),
+                ..Unknown::default()
+            }),
+        ),
+        (
+            "runtime",
+            "RawExtension",
+            "raw",
+            "bytes",
+            tag_of(RawExtension { raw: b() }),
+        ),
+        (
+            "meta-v1",
+            "Time",
+            "seconds",
+            "int64",
+            tag_of(Time {
+                seconds: Some(0),
+                nanos: None,
+            }),
+        ),
+        (
+            "meta-v1",
+            "Time",
+            "nanos",
+            "int32",
+            tag_of(Time {
+                seconds: None,
+                nanos: Some(0),
+            }),
+        ),
+        (
+            "meta-v1",
+            "ListMeta",
+            "resourceVersion",
+            "string",
+            tag_of(ListMeta {
+                resource_version: s(),
+                r#continue: None,
+            }),
+        ),
+        (
+            "meta-v1",
+            "ListMeta",
+            "continue",
+            "string",
+            tag_of(ListMeta {
+                resource_version: None,
+                r#continue: s(),
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "name",
+            "string",
+            tag_of(WireObjectMeta {
+                name: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "namespace",
+            "string",
+            tag_of(WireObjectMeta {
+                namespace: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "uid",
+            "string",
+            tag_of(WireObjectMeta {
+                uid: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "resourceVersion",
+            "string",
+            tag_of(WireObjectMeta {
+                resource_version: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "generation",
+            "int64",
+            tag_of(WireObjectMeta {
+                generation: Some(0),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "deletionTimestamp",
+            "Time",
+            tag_of(WireObjectMeta {
+                deletion_timestamp: t(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "labels",
+            "map<string, string>",
+            tag_of(WireObjectMeta {
+                labels: [(String::new(), String::new())].into(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "ObjectMeta",
+            "annotations",
+            "map<string, string>",
+            tag_of(WireObjectMeta {
+                annotations: vec![bytes::Bytes::new()],
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "WatchEvent",
+            "type",
+            "string",
+            tag_of(WatchEvent {
+                r#type: s(),
+                object: None,
+            }),
+        ),
+        (
+            "meta-v1",
+            "WatchEvent",
+            "object",
+            "RawExtension",
+            tag_of(WatchEvent {
+                r#type: None,
+                object: Some(RawExtension::default()),
+            }),
+        ),
+        (
+            "meta-v1",
+            "Status",
+            "status",
+            "string",
+            tag_of(Status {
+                status: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "Status",
+            "message",
+            "string",
+            tag_of(Status {
+                message: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "Status",
+            "reason",
+            "string",
+            tag_of(Status {
+                reason: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "meta-v1",
+            "Status",
+            "code",
+            "int32",
+            tag_of(Status {
+                code: Some(0),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Toleration",
+            "key",
+            "string",
+            tag_of(WireToleration {
+                key: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Toleration",
+            "operator",
+            "string",
+            tag_of(WireToleration {
+                operator: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Toleration",
+            "value",
+            "string",
+            tag_of(WireToleration {
+                value: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Toleration",
+            "effect",
+            "string",
+            tag_of(WireToleration {
+                effect: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Toleration",
+            "tolerationSeconds",
+            "int64",
+            tag_of(WireToleration {
+                toleration_seconds: Some(0),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodSpec",
+            "nodeName",
+            "string",
+            tag_of(WirePodSpec {
+                node_name: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodSpec",
+            "tolerations",
+            "Toleration",
+            tag_of(WirePodSpec {
+                tolerations: vec![WireToleration::default()],
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodCondition",
+            "type",
+            "string",
+            tag_of(WirePodCondition {
+                r#type: b(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodCondition",
+            "lastTransitionTime",
+            "Time",
+            tag_of(WirePodCondition {
+                last_transition_time: t(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodCondition",
+            "reason",
+            "string",
+            tag_of(WirePodCondition {
+                reason: b(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodStatus",
+            "phase",
+            "string",
+            tag_of(WirePodStatus {
+                phase: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "PodStatus",
+            "conditions",
+            "PodCondition",
+            tag_of(WirePodStatus {
+                conditions: vec![WirePodCondition::default()],
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Pod",
+            "metadata",
+            "ObjectMeta",
+            tag_of(WirePod {
+                metadata: Some(WireObjectMeta::default()),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Pod",
+            "spec",
+            "PodSpec",
+            tag_of(WirePod {
+                spec: Some(WirePodSpec::default()),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Pod",
+            "status",
+            "PodStatus",
+            tag_of(WirePod {
+                status: Some(WirePodStatus::default()),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Taint",
+            "key",
+            "string",
+            tag_of(WireTaint {
+                key: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Taint",
+            "value",
+            "string",
+            tag_of(WireTaint {
+                value: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Taint",
+            "effect",
+            "string",
+            tag_of(WireTaint {
+                effect: s(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "Taint",
+            "timeAdded",
+            "Time",
+            tag_of(WireTaint {
+                time_added: t(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "core-v1",
+            "NodeSpec",
+            "taints",
+            "Taint",
+            tag_of(WireNodeSpec {
+                taints: vec![WireTaint::default()],
+            }),
+        ),
+        (
+            "core-v1",
+            "Node",
+            "metadata",
+            "ObjectMeta",
+            tag_of(WireNode {
+                metadata: Some(WireObjectMeta::default()),
+                spec: None,
+            }),
+        ),
+        (
+            "core-v1",
+            "Node",
+            "spec",
+            "NodeSpec",
+            tag_of(WireNode {
+                metadata: None,
+                spec: Some(WireNodeSpec::default()),
+            }),
+        ),
+        (
+            "core-v1",
+            "PodList",
+            "metadata",
+            "ListMeta",
+            tag_of(WireList {
+                metadata: Some(ListMeta::default()),
+                items: vec![],
+            }),
+        ),
+        (
+            "core-v1",
+            "PodList",
+            "items",
+            "Pod",
+            tag_of(WireList {
+                metadata: None,
+                items: vec![bytes::Bytes::new()],
+            }),
+        ),
+        (
+            "core-v1",
+            "NodeList",
+            "metadata",
+            "ListMeta",
+            tag_of(WireList {
+                metadata: Some(ListMeta::default()),
+                items: vec![],
+            }),
+        ),
+        (
+            "core-v1",
+            "NodeList",
+            "items",
+            "Node",
+            tag_of(WireList {
+                metadata: None,
+                items: vec![bytes::Bytes::new()],
+            }),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (file, message, field, ty, ours) in checks {
+        let ours = ours.with_context(|| format!("{message}.{field}"))?;
+        let Some((upstream_ty, number)) = files[file].get(message).and_then(|m| m.get(field))
+        else {
+            wrong.push(format!("{file}.proto has no {message}.{field}"));
+            continue;
+        };
+        let last = upstream_ty.rsplit('.').next().unwrap_or(upstream_ty);
+        if *number != ours || last != ty {
+            wrong.push(format!(
+                "{message}.{field}: upstream {upstream_ty} = {number}, ours {ty} = {ours}"
+            ));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "field numbers or types differ:\n{}",
+        wrong.join("\n")
+    );
+    // The parser itself reads: a known field of a message we do not decode.
+    ensure!(
+        files["core-v1"]["Container"]["image"].1 == 2,
+        "the .proto parser misread Container.image"
+    );
+    Ok(())
+}
+
+// ---- both formats against the real server ----------------------------------------------------
+
+/// What each request asked for and what came back.
+#[derive(Clone, Debug)]
+struct Seen {
+    watch: bool,
+    accept: String,
+    status: u16,
+    content_type: String,
+}
+
+/// A client that sends through `real`, recording each exchange; with `refuse_protobuf`, a
+/// request that accepts protobuf is answered `406 Not Acceptable` instead (a real API server
+/// serves protobuf for pods and nodes, so only a stand-in can refuse it).
+fn recording(real: Client, refuse_protobuf: bool) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let log = seen.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let real = real.clone();
+        let log = log.clone();
+        async move {
+            let accept = req
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let watch = req.uri().query().unwrap_or_default().contains("watch=true");
+            let response = if refuse_protobuf && accept.contains("protobuf") {
+                http::Response::builder()
+                    .status(406)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(
+                        br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotAcceptable","code":406}"#.to_vec(),
+                    ))
+                    .map_err(|e| kube::Error::Service(e.into()))?
+            } else {
+                real.send(req).await?
+            };
+            let content_type = response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            if let Ok(mut log) = log.lock() {
+                log.push(Seen {
+                    watch,
+                    accept,
+                    status: response.status().as_u16(),
+                    content_type,
+                });
+            }
+            Ok::<_, kube::Error>(response)
+        }
+    });
+    (Client::new(service, "default"), seen)
+}
+
+/// An event as the comparison sees it: its kind and its object.
+#[derive(Debug, PartialEq)]
+enum Seen2<K> {
+    Init,
+    InitApply(K),
+    InitDone,
+    Apply(K),
+    Delete(K),
+}
+
+async fn next<K>(
+    stream: &mut (impl Stream<Item = Result<Event<K>, listwatch::Error>> + Unpin),
+) -> Result<Seen2<K>> {
+    let event = tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .context("no event within 30 s")?
+        .ok_or_else(|| anyhow!("the list-watch ended"))?
+        .context("the list-watch failed")?;
+    Ok(match event {
+        Event::Init => Seen2::Init,
+        Event::InitApply(o) => Seen2::InitApply(o),
+        Event::InitDone => Seen2::InitDone,
+        Event::Apply(o) => Seen2::Apply(o),
+        Event::Delete(o) => Seen2::Delete(o),
+    })
+}
+
+/// Events up to and including `InitDone`.
+async fn listed<K>(
+    stream: &mut (impl Stream<Item = Result<Event<K>, listwatch::Error>> + Unpin),
+) -> Result<Vec<Seen2<K>>> {
+    let mut out = Vec::new();
+    loop {
+        let e = next(stream).await?;
+        let done = matches!(e, Seen2::InitDone);
+        out.push(e);
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+fn config(
+    path: &str,
+    labels: Option<String>,
+    fields: Option<String>,
+    ct: ContentType,
+) -> listwatch::Config {
+    listwatch::Config {
+        path: path.into(),
+        // Small pages, so that paging with `continue` is part of what is compared.
+        page_size: 2,
+        labels,
+        fields,
+        content_type: ct,
+        timeout_secs: 290,
+    }
+}
+
+fn toleration(
+    key: Option<&str>,
+    op: &str,
+    value: Option<&str>,
+    effect: Option<&str>,
+    seconds: Option<i64>,
+) -> Toleration {
+    Toleration {
+        key: key.map(Into::into),
+        operator: Some(op.into()),
+        value: value.map(Into::into),
+        effect: effect.map(Into::into),
+        toleration_seconds: seconds,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_and_json_list_watches_observe_the_same_objects() -> Result<()> {
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-same").await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let tainted = ns
+        .create_node(
+            "tainted",
+            vec![
+                Taint {
+                    key: "node.kubernetes.io/unreachable".into(),
+                    value: None,
+                    effect: "NoExecute".into(),
+                    time_added: Some(MetaTime(now)),
+                },
+                Taint {
+                    key: "dedicated".into(),
+                    value: Some("gpu".into()),
+                    effect: "NoSchedule".into(),
+                    time_added: None,
+                },
+            ],
+        )
+        .await?;
+    ns.create_node("clean", vec![]).await?;
+    let tolerations = [
+        toleration(
+            Some("node.kubernetes.io/unreachable"),
+            "Exists",
+            None,
+            Some("NoExecute"),
+            Some(300),
+        ),
+        toleration(
+            Some("dedicated"),
+            "Equal",
+            Some("gpu"),
+            Some("NoSchedule"),
+            None,
+        ),
+        toleration(None, "Exists", None, None, None),
+        toleration(Some("k"), "Equal", Some("v"), Some("NoExecute"), Some(0)),
+        toleration(Some("k2"), "Equal", None, Some("NoExecute"), Some(-5)),
+    ];
+    let release = noexecute_engine::pipeline::RELEASE_ANNOTATION;
+    for i in 0..5 {
+        let mut p = pod(&format!("p{i}"), &tainted, tolerations[..i].to_vec(), None);
+        p.metadata.annotations = Some(BTreeMap::from([
+            (
+                "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+                "{\"a\":1}".repeat(50),
+            ),
+            (release.to_string(), format!("release-{i}")),
+        ]));
+        if i == 3 {
+            p.metadata.finalizers = Some(vec!["noexecute.test/hold".into()]);
+        }
+        ns.create_pod(&p).await?;
+    }
+    // A DisruptionTarget condition from a taint manager, and a phase.
+    let status = PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some(TAINT_DISRUPTION_REASON.into()),
+            message: Some("Taint manager: deleting due to NoExecute taint".into()),
+            last_transition_time: Some(MetaTime(now)),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    };
+    let pods = ns.pods();
+    pods.patch_status(
+        "p2",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await
+    .context("setting p2's status")?;
+    // A deletion timestamp: a bound pod is deleted gracefully, and p3's finalizer holds it.
+    pods.delete("p3", &DeleteParams::default().grace_period(30))
+        .await
+        .context("deleting p3")?;
+
+    // The namespace's own path, not a `metadata.namespace` field selector on all pods: with
+    // that selector and `limit`, kube-apiserver 1.36 gives a continue token relative to the
+    // namespace that the next page reads as relative to all pods, and serves page one again.
+    let pods_path = format!("/api/v1/namespaces/{}/pods", ns.name);
+    let pod_fields = Some("spec.nodeName!=".to_string());
+    let node_labels = Some(ns.node_selector());
+    let (pb_client, pb_seen) = recording(admin.clone(), false);
+    let mut pb_pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        pb_client.clone(),
+        config(&pods_path, None, pod_fields.clone(), ContentType::Protobuf),
+    ));
+    let mut pb_nodes = Box::pin(listwatch::list_watch::<SlimNode>(
+        pb_client,
+        config(
+            "/api/v1/nodes",
+            node_labels.clone(),
+            None,
+            ContentType::Protobuf,
+        ),
+    ));
+    let mut json_pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        admin.clone(),
+        config(&pods_path, None, pod_fields, ContentType::Json),
+    ));
+    let mut json_nodes = Box::pin(listwatch::list_watch::<SlimNode>(
+        admin.clone(),
+        config("/api/v1/nodes", node_labels, None, ContentType::Json),
+    ));
+
+    let pb_listed = listed(&mut pb_pods).await?;
+    let json_listed = listed(&mut json_pods).await?;
+    ensure!(
+        pb_listed.len() == 7,
+        "Init, 5 pods, InitDone: {pb_listed:?}"
+    );
+    ensure!(
+        pb_listed == json_listed,
+        "the pods listed differ:\nprotobuf {pb_listed:#?}\njson {json_listed:#?}"
+    );
+    let pb_nodes_listed = listed(&mut pb_nodes).await?;
+    ensure!(
+        pb_nodes_listed.len() == 4,
+        "Init, 2 nodes, InitDone: {pb_nodes_listed:?}"
+    );
+    ensure!(
+        pb_nodes_listed == listed(&mut json_nodes).await?,
+        "the nodes listed differ"
+    );
+
+    // What the slim objects hold came through: the cases the formats write differently.
+    let by_name = |name: &str| {
+        pb_listed.iter().find_map(|e| match e {
+            Seen2::InitApply(p) if p.metadata.name.as_deref() == Some(name) => Some(p.clone()),
+            _ => None,
+        })
+    };
+    let p4 = by_name("p4").ok_or_else(|| anyhow!("p4 not listed"))?;
+    ensure!(
+        p4.spec.tolerations == tolerations[..4],
+        "p4's tolerations: {:?}",
+        p4.spec.tolerations
+    );
+    let p2 = by_name("p2").ok_or_else(|| anyhow!("p2 not listed"))?;
+    ensure!(
+        p2.status
+            .as_ref()
+            .and_then(|s| s.taint_disruption.clone())
+            .is_some(),
+        "p2's DisruptionTarget condition was not read"
+    );
+    let p3 = by_name("p3").ok_or_else(|| anyhow!("p3 not listed"))?;
+    ensure!(
+        p3.metadata.deletion_timestamp.is_some(),
+        "p3 has no deletionTimestamp"
+    );
+    ensure!(
+        p3.metadata.annotations.as_ref().map(|a| a.len()) == Some(1),
+        "of the annotations only the release annotation is kept: {:?}",
+        p3.metadata.annotations
+    );
+    let taints = pb_nodes_listed
+        .iter()
+        .find_map(|e| match e {
+            Seen2::InitApply(n) if n.metadata.name.as_deref() == Some(tainted.as_str()) => {
+                Some(n.spec.taints.clone())
+            }
+            _ => None,
+        })
+        .ok_or_else(|| anyhow!("the tainted node was not listed"))?;
+    ensure!(
+        taints[0].time_added.as_ref().map(|t| t.0.as_second()) == Some(now.as_second()),
+        "timeAdded: {taints:?}"
+    );
+
+    // Changes, as watch events: a taint, a label, a status, a deletion.
+    noexecute_testkit::add_taint(
+        &ns.nodes(),
+        &ns.node_name("clean"),
+        noexecute_testkit::no_execute("k", "v"),
+    )
+    .await?;
+    pods.patch(
+        "p0",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"tier": "db"}}})),
+    )
+    .await?;
+    pods.patch_status(
+        "p1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await?;
+    pods.delete("p4", &DeleteParams::default().grace_period(0))
+        .await?;
+    // Up to p4's deletion (a deletion may come as an update first, then the delete).
+    async fn until_p4_deleted(
+        stream: &mut (impl Stream<Item = Result<Event<SlimPod>, listwatch::Error>> + Unpin),
+    ) -> Result<Vec<Seen2<SlimPod>>> {
+        let mut out = Vec::new();
+        while out.len() < 8 {
+            let e = next(stream).await?;
+            let last = matches!(&e, Seen2::Delete(p) if p.metadata.name.as_deref() == Some("p4"));
+            out.push(e);
+            if last {
+                return Ok(out);
+            }
+        }
+        bail!("p4's deletion not seen in 8 events: {out:?}")
+    }
+    let pb_events = until_p4_deleted(&mut pb_pods).await?;
+    let json_events = until_p4_deleted(&mut json_pods).await?;
+    ensure!(
+        pb_events.len() >= 3,
+        "a label, a status and a deletion: {pb_events:?}"
+    );
+    ensure!(
+        pb_events == json_events,
+        "the pod watches differ:\nprotobuf {pb_events:#?}\njson {json_events:#?}"
+    );
+    let pb_node = next(&mut pb_nodes).await?;
+    ensure!(
+        pb_node == next(&mut json_nodes).await?,
+        "the node watches differ"
+    );
+
+    // And protobuf is what was spoken.
+    let seen = pb_seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    ensure!(
+        seen.iter().any(|s| !s.watch) && seen.iter().any(|s| s.watch),
+        "{seen:?}"
+    );
+    for s in &seen {
+        let want = if s.watch {
+            proto::WATCH_MEDIA_TYPE
+        } else {
+            proto::MEDIA_TYPE
+        };
+        ensure!(
+            s.status == 200 && s.content_type == want,
+            "not protobuf: {s:?}"
+        );
+    }
+    ns.cleanup().await?;
+    pods.patch(
+        "p3",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .context("releasing p3's finalizer")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_protobuf_gets_json() -> Result<()> {
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-406").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    for i in 0..3 {
+        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
+            .await?;
+    }
+    let (client, seen) = recording(admin.clone(), true);
+    let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        client,
+        config(
+            &format!("/api/v1/namespaces/{}/pods", ns.name),
+            None,
+            None,
+            ContentType::Protobuf,
+        ),
+    ));
+    let listed = listed(&mut pods).await?;
+    ensure!(listed.len() == 5, "Init, 3 pods, InitDone: {listed:?}");
+    ns.create_pod(&pod("late", &node, vec![], Some(0))).await?;
+    match next(&mut pods).await? {
+        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => {}
+        other => bail!("expected the new pod, got {other:?}"),
+    }
+    let seen = seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    // One refusal, then JSON only, for the list pages and the watch alike.
+    ensure!(seen.first().map(|s| s.status) == Some(406), "{seen:?}");
+    ensure!(
+        seen.iter().filter(|s| s.status == 406).count() == 1,
+        "protobuf was asked again after the refusal: {seen:?}"
+    );
+    for s in &seen[1..] {
+        ensure!(
+            s.accept == "application/json" && s.content_type.starts_with("application/json"),
+            "{s:?}"
+        );
+    }
+    ensure!(seen.iter().any(|s| s.watch), "no watch was made: {seen:?}");
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// The decoder on the server's own bytes: one pod, fetched in protobuf and in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_fetched_in_protobuf_decodes_as_its_json() -> Result<()> {
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-get").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    let mut p = pod(
+        "p",
+        &node,
+        vec![noexecute_testkit::tolerate("k", Some(60))],
+        Some(0),
+    );
+    p.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
+    ns.create_pod(&p).await?;
+    let path = format!("/api/v1/namespaces/{}/pods/p", ns.name);
+    let get = |accept: &'static str| {
+        Request::get(path.as_str())
+            .header(http::header::ACCEPT, accept)
+            .body(Vec::new())
+    };
+    let body = admin.send(get(proto::MEDIA_TYPE)?.map(Body::from)).await?;
+    let ct = body
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    ensure!(ct == proto::MEDIA_TYPE, "content type {ct}");
+    let bytes = http_body_util::BodyExt::collect(body.into_body())
+        .await
+        .map_err(|e| anyhow!("{e}"))?
+        .to_bytes();
+    let (kind, raw) = proto::unwrap(bytes)?;
+    ensure!(kind == "Pod", "kind {kind}");
+    let from_proto = SlimPod::from_proto(raw)?;
+    let json = admin.request_text(get("application/json")?).await?;
+    let from_json: SlimPod = serde_json::from_str(&json)?;
+    ensure!(
+        from_proto == from_json,
+        "protobuf {from_proto:#?}\njson {from_json:#?}"
+    );
+    let full: Pod = serde_json::from_str(&json)?;
+    ensure!(full.metadata.uid == from_proto.metadata.uid && from_proto.metadata.uid.is_some());
+    ns.cleanup().await?;
+    Ok(())
+}
