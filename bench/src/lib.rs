@@ -123,6 +123,12 @@ pub struct Outcome {
     pub rss_peak_mib: f64,
     /// User + system CPU seconds from the mass taint to the end of the run.
     pub cpu_s: f64,
+    /// kube-apiserver's user + system CPU seconds from the controller's start to synced: its
+    /// initial lists and the start of its watches.
+    pub apiserver_cpu_initial_s: f64,
+    /// kube-apiserver's user + system CPU seconds from the mass taint to the end of the run
+    /// (the harness's taints and its metadata watch are in both controllers' figures).
+    pub apiserver_cpu_s: f64,
     /// API server requests made during the run, by "VERB resource[/subresource]".
     pub requests: BTreeMap<String, f64>,
     /// The API server's mean time serving one of those requests, ms (from its
@@ -378,6 +384,11 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     )
     .await?;
 
+    let apiserver = plane
+        .pid("kube-apiserver")
+        .context("the API server's pid")?;
+    let apiserver_cpu = || process_stats(apiserver).map(|(cpu, _, _)| cpu);
+    let apiserver_start = apiserver_cpu()?;
     // Start the controller with the same client limits.
     let start = Instant::now();
     let qps = format!("{}", opts.qps);
@@ -431,8 +442,9 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let apiserver_cpu_initial = apiserver_cpu()? - apiserver_start;
     eprintln!(
-        "[{which}] synced: canary evicted {time_to_synced:.1} s after the start, {cpu_initial:.1} s CPU"
+        "[{which}] synced: canary evicted {time_to_synced:.1} s after the start, {cpu_initial:.1} s CPU (API server {apiserver_cpu_initial:.1} s)"
     );
     // Let the canary's aftermath (events) pass before measuring.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -498,6 +510,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         opts.nodes, opts.taint_spread
     );
     let nodes_api = ns.nodes();
+    let apiserver_before = apiserver_cpu()?;
     let started = Instant::now();
     let step = opts.taint_spread.div_f64(tainted_count as f64);
     let tainted: Vec<(String, Instant)> = futures::stream::iter(to_taint.into_iter().enumerate())
@@ -551,6 +564,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     }
     tokio::time::sleep(opts.settle).await;
     let (cpu_after, _, hwm) = process_stats(pid)?;
+    let apiserver_after = apiserver_cpu()?;
     peak = peak.max(hwm);
     let requests_after = request_counts(plane)?;
     recorder.abort();
@@ -628,6 +642,8 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         rss_steady_mib: rss_steady,
         rss_peak_mib: peak,
         cpu_s: cpu_after - cpu_before,
+        apiserver_cpu_initial_s: apiserver_cpu_initial,
+        apiserver_cpu_s: apiserver_after - apiserver_before,
         requests,
         server_ms,
         controller_within_25ms: within.0,
@@ -688,7 +704,7 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             format!(", noexecute {}", ours.args.join(" "))
         }
     );
-    let rows: [(&str, f64, f64, &str); 10] = [
+    let rows: [(&str, f64, f64, &str); 12] = [
         (
             "time to synced: start → first eviction",
             upstream.time_to_synced_s,
@@ -736,6 +752,18 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             "CPU (user + sys) from the mass taint to the end",
             upstream.cpu_s,
             ours.cpu_s,
+            "s",
+        ),
+        (
+            "API server CPU from the start to synced",
+            upstream.apiserver_cpu_initial_s,
+            ours.apiserver_cpu_initial_s,
+            "s",
+        ),
+        (
+            "API server CPU from the mass taint to the end",
+            upstream.apiserver_cpu_s,
+            ours.apiserver_cpu_s,
             "s",
         ),
         (
@@ -807,4 +835,49 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
         ));
     }
     s
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// One controller's runs as one outcome: the median of each figure; the counts of wrong and
+/// missed evictions are the worst run's, so a single bad run shows.
+pub fn medians(runs: &[Outcome]) -> Option<Outcome> {
+    let first = runs.first()?.clone();
+    let m = |f: fn(&Outcome) -> f64| median(runs.iter().map(f).collect());
+    Some(Outcome {
+        time_to_synced_s: m(|o| o.time_to_synced_s),
+        cpu_initial_s: m(|o| o.cpu_initial_s),
+        makespan_s: m(|o| o.makespan_s),
+        lag_p50_ms: m(|o| o.lag_p50_ms),
+        lag_p99_ms: m(|o| o.lag_p99_ms),
+        lag_max_ms: m(|o| o.lag_max_ms),
+        rss_steady_mib: m(|o| o.rss_steady_mib),
+        rss_peak_mib: m(|o| o.rss_peak_mib),
+        cpu_s: m(|o| o.cpu_s),
+        apiserver_cpu_initial_s: m(|o| o.apiserver_cpu_initial_s),
+        apiserver_cpu_s: m(|o| o.apiserver_cpu_s),
+        evicted: m(|o| o.evicted as f64) as usize,
+        wrong: runs.iter().map(|o| o.wrong).max().unwrap_or(0),
+        missed: runs.iter().map(|o| o.missed).max().unwrap_or(0),
+        ..first
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use noexecute_bench::{Options, Which, markdown, run};
+use noexecute_bench::{Options, Outcome, Which, markdown, medians, run};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,6 +52,10 @@ struct Args {
     /// Run one controller only (for profiling); no comparison is printed.
     #[arg(long, value_parser = ["upstream", "noexecute"])]
     only: Option<String>,
+    /// Run each controller this many times, alternating which goes first, and print the
+    /// medians beside each run's table.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
     /// Write both outcomes and the table here as JSON.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -88,16 +92,52 @@ async fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
         return Ok(());
     }
-    let upstream = run(Which::Upstream, &opts).await?;
-    let ours = run(Which::Noexecute, &opts).await?;
+    let mut upstream_runs: Vec<Outcome> = Vec::new();
+    let mut our_runs: Vec<Outcome> = Vec::new();
+    for round in 0..args.repeat {
+        // Alternate the order, so neither always runs on a machine the other just warmed.
+        let order = if round % 2 == 0 {
+            [Which::Upstream, Which::Noexecute]
+        } else {
+            [Which::Noexecute, Which::Upstream]
+        };
+        for which in order {
+            let outcome = run(which, &opts).await?;
+            match which {
+                Which::Upstream => upstream_runs.push(outcome),
+                Which::Noexecute => our_runs.push(outcome),
+            }
+        }
+        if args.repeat > 1
+            && let (Some(u), Some(o)) = (upstream_runs.last(), our_runs.last())
+        {
+            println!(
+                "Run {} of {}:\n\n{}",
+                round + 1,
+                args.repeat,
+                markdown(u, o)
+            );
+        }
+    }
+    let (Some(upstream), Some(ours)) = (medians(&upstream_runs), medians(&our_runs)) else {
+        anyhow::bail!("no runs");
+    };
     let table = markdown(&upstream, &ours);
+    if args.repeat > 1 {
+        println!("Medians of {} runs each:\n", args.repeat);
+    }
     println!("{table}");
-    let same = upstream.evicted_names == ours.evicted_names;
+    let same = upstream_runs
+        .iter()
+        .zip(&our_runs)
+        .all(|(u, o)| u.evicted_names == o.evicted_names);
     println!("Same set of pods evicted by both: {same}");
     if let Some(path) = &args.out {
         let json = serde_json::json!({
             "upstream": upstream,
             "noexecute": ours,
+            "upstream_runs": upstream_runs,
+            "noexecute_runs": our_runs,
             "same_evicted_set": same,
             "markdown": table,
         });
