@@ -100,513 +100,59 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
     let t = || Some(Time::default());
     // (file, upstream message, upstream field, upstream type (last segment), our message with
     // only that field set)
+    #[rustfmt::skip]
     let checks: Vec<(&str, &str, &str, &str, Result<u32>)> = vec![
-        (
-            "runtime",
-            "TypeMeta",
-            "apiVersion",
-            "string",
-            tag_of(TypeMeta {
-                api_version: s(),
-                kind: None,
-            }),
-        ),
-        (
-            "runtime",
-            "TypeMeta",
-            "kind",
-            "string",
-            tag_of(TypeMeta {
-                api_version: None,
-                kind: s(),
-            }),
-        ),
-        (
-            "runtime",
-            "Unknown",
-            "typeMeta",
-            "TypeMeta",
-            tag_of(Unknown {
-                type_meta: Some(TypeMeta::default()),
-                ..Unknown::default()
-            }),
-        ),
-        (
-            "runtime",
-            "Unknown",
-            "raw",
-            "bytes",
-            tag_of(Unknown {
-                raw: b(),
-                ..Unknown::default()
-            }),
-        ),
-        (
-            "runtime",
-            "Unknown",
-            "contentEncoding",
-            "string",
-            tag_of(Unknown {
-                content_encoding: s(),
-                ..Unknown::default()
-            }),
-        ),
-        (
-            "runtime",
-            "Unknown",
-            "contentType",
-            "string",
-            tag_of(Unknown {
-                content_type: s(),
-                ..Unknown::default()
-            }),
-        ),
-        (
-            "runtime",
-            "RawExtension",
-            "raw",
-            "bytes",
-            tag_of(RawExtension { raw: b() }),
-        ),
-        (
-            "meta-v1",
-            "Time",
-            "seconds",
-            "int64",
-            tag_of(Time {
-                seconds: Some(0),
-                nanos: None,
-            }),
-        ),
-        (
-            "meta-v1",
-            "Time",
-            "nanos",
-            "int32",
-            tag_of(Time {
-                seconds: None,
-                nanos: Some(0),
-            }),
-        ),
-        (
-            "meta-v1",
-            "ListMeta",
-            "resourceVersion",
-            "string",
-            tag_of(ListMeta {
-                resource_version: s(),
-                r#continue: None,
-            }),
-        ),
-        (
-            "meta-v1",
-            "ListMeta",
-            "continue",
-            "string",
-            tag_of(ListMeta {
-                resource_version: None,
-                r#continue: s(),
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "name",
-            "string",
-            tag_of(WireObjectMeta {
-                name: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "namespace",
-            "string",
-            tag_of(WireObjectMeta {
-                namespace: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "uid",
-            "string",
-            tag_of(WireObjectMeta {
-                uid: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "resourceVersion",
-            "string",
-            tag_of(WireObjectMeta {
-                resource_version: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "generation",
-            "int64",
-            tag_of(WireObjectMeta {
-                generation: Some(0),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "deletionTimestamp",
-            "Time",
-            tag_of(WireObjectMeta {
-                deletion_timestamp: t(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "labels",
-            "map<string, string>",
-            tag_of(WireObjectMeta {
-                labels: [(String::new(), String::new())].into(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "ObjectMeta",
-            "annotations",
-            "map<string, string>",
-            tag_of(WireObjectMeta {
-                annotations: vec![bytes::Bytes::new()],
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "WatchEvent",
-            "type",
-            "string",
-            tag_of(WatchEvent {
-                r#type: s(),
-                object: None,
-            }),
-        ),
-        (
-            "meta-v1",
-            "WatchEvent",
-            "object",
-            "RawExtension",
-            tag_of(WatchEvent {
-                r#type: None,
-                object: Some(RawExtension::default()),
-            }),
-        ),
-        (
-            "meta-v1",
-            "Status",
-            "status",
-            "string",
-            tag_of(Status {
-                status: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "Status",
-            "message",
-            "string",
-            tag_of(Status {
-                message: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "Status",
-            "reason",
-            "string",
-            tag_of(Status {
-                reason: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "meta-v1",
-            "Status",
-            "code",
-            "int32",
-            tag_of(Status {
-                code: Some(0),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Toleration",
-            "key",
-            "string",
-            tag_of(WireToleration {
-                key: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Toleration",
-            "operator",
-            "string",
-            tag_of(WireToleration {
-                operator: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Toleration",
-            "value",
-            "string",
-            tag_of(WireToleration {
-                value: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Toleration",
-            "effect",
-            "string",
-            tag_of(WireToleration {
-                effect: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Toleration",
-            "tolerationSeconds",
-            "int64",
-            tag_of(WireToleration {
-                toleration_seconds: Some(0),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodSpec",
-            "nodeName",
-            "string",
-            tag_of(WirePodSpec {
-                node_name: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodSpec",
-            "tolerations",
-            "Toleration",
-            tag_of(WirePodSpec {
-                tolerations: vec![WireToleration::default()],
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodCondition",
-            "type",
-            "string",
-            tag_of(WirePodCondition {
-                r#type: b(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodCondition",
-            "lastTransitionTime",
-            "Time",
-            tag_of(WirePodCondition {
-                last_transition_time: t(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodCondition",
-            "reason",
-            "string",
-            tag_of(WirePodCondition {
-                reason: b(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodStatus",
-            "phase",
-            "string",
-            tag_of(WirePodStatus {
-                phase: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "PodStatus",
-            "conditions",
-            "PodCondition",
-            tag_of(WirePodStatus {
-                conditions: vec![WirePodCondition::default()],
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Pod",
-            "metadata",
-            "ObjectMeta",
-            tag_of(WirePod {
-                metadata: Some(WireObjectMeta::default()),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Pod",
-            "spec",
-            "PodSpec",
-            tag_of(WirePod {
-                spec: Some(WirePodSpec::default()),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Pod",
-            "status",
-            "PodStatus",
-            tag_of(WirePod {
-                status: Some(WirePodStatus::default()),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Taint",
-            "key",
-            "string",
-            tag_of(WireTaint {
-                key: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Taint",
-            "value",
-            "string",
-            tag_of(WireTaint {
-                value: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Taint",
-            "effect",
-            "string",
-            tag_of(WireTaint {
-                effect: s(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "Taint",
-            "timeAdded",
-            "Time",
-            tag_of(WireTaint {
-                time_added: t(),
-                ..Default::default()
-            }),
-        ),
-        (
-            "core-v1",
-            "NodeSpec",
-            "taints",
-            "Taint",
-            tag_of(WireNodeSpec {
-                taints: vec![WireTaint::default()],
-            }),
-        ),
-        (
-            "core-v1",
-            "Node",
-            "metadata",
-            "ObjectMeta",
-            tag_of(WireNode {
-                metadata: Some(WireObjectMeta::default()),
-                spec: None,
-            }),
-        ),
-        (
-            "core-v1",
-            "Node",
-            "spec",
-            "NodeSpec",
-            tag_of(WireNode {
-                metadata: None,
-                spec: Some(WireNodeSpec::default()),
-            }),
-        ),
-        (
-            "core-v1",
-            "PodList",
-            "metadata",
-            "ListMeta",
-            tag_of(WireList {
-                metadata: Some(ListMeta::default()),
-                items: vec![],
-            }),
-        ),
-        (
-            "core-v1",
-            "PodList",
-            "items",
-            "Pod",
-            tag_of(WireList {
-                metadata: None,
-                items: vec![bytes::Bytes::new()],
-            }),
-        ),
-        (
-            "core-v1",
-            "NodeList",
-            "metadata",
-            "ListMeta",
-            tag_of(WireList {
-                metadata: Some(ListMeta::default()),
-                items: vec![],
-            }),
-        ),
-        (
-            "core-v1",
-            "NodeList",
-            "items",
-            "Node",
-            tag_of(WireList {
-                metadata: None,
-                items: vec![bytes::Bytes::new()],
-            }),
-        ),
+        ("runtime", "TypeMeta", "apiVersion", "string", tag_of(TypeMeta { api_version: s(), kind: None, })),
+        ("runtime", "TypeMeta", "kind", "string", tag_of(TypeMeta { api_version: None, kind: s(), })),
+        ("runtime", "Unknown", "typeMeta", "TypeMeta", tag_of(Unknown { type_meta: Some(TypeMeta::default()), ..Unknown::default() })),
+        ("runtime", "Unknown", "raw", "bytes", tag_of(Unknown { raw: b(), ..Unknown::default() })),
+        ("runtime", "Unknown", "contentEncoding", "string", tag_of(Unknown { content_encoding: s(), ..Unknown::default() })),
+        ("runtime", "Unknown", "contentType", "string", tag_of(Unknown { content_type: s(), ..Unknown::default() })),
+        ("runtime", "RawExtension", "raw", "bytes", tag_of(RawExtension { raw: b() })),
+        ("meta-v1", "Time", "seconds", "int64", tag_of(Time { seconds: Some(0), nanos: None, })),
+        ("meta-v1", "Time", "nanos", "int32", tag_of(Time { seconds: None, nanos: Some(0), })),
+        ("meta-v1", "ListMeta", "resourceVersion", "string", tag_of(ListMeta { resource_version: s(), r#continue: None, })),
+        ("meta-v1", "ListMeta", "continue", "string", tag_of(ListMeta { resource_version: None, r#continue: s(), })),
+        ("meta-v1", "ObjectMeta", "name", "string", tag_of(WireObjectMeta { name: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "namespace", "string", tag_of(WireObjectMeta { namespace: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "uid", "string", tag_of(WireObjectMeta { uid: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "resourceVersion", "string", tag_of(WireObjectMeta { resource_version: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "generation", "int64", tag_of(WireObjectMeta { generation: Some(0), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "deletionTimestamp", "Time", tag_of(WireObjectMeta { deletion_timestamp: t(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "labels", "map<string, string>", tag_of(WireObjectMeta { labels: [(String::new(), String::new())].into(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "annotations", "map<string, string>", tag_of(WireObjectMeta { annotations: vec![bytes::Bytes::new()], ..Default::default() })),
+        ("meta-v1", "WatchEvent", "type", "string", tag_of(WatchEvent { r#type: s(), object: None, })),
+        ("meta-v1", "WatchEvent", "object", "RawExtension", tag_of(WatchEvent { r#type: None, object: Some(RawExtension::default()), })),
+        ("meta-v1", "Status", "status", "string", tag_of(Status { status: s(), ..Default::default() })),
+        ("meta-v1", "Status", "message", "string", tag_of(Status { message: s(), ..Default::default() })),
+        ("meta-v1", "Status", "reason", "string", tag_of(Status { reason: s(), ..Default::default() })),
+        ("meta-v1", "Status", "code", "int32", tag_of(Status { code: Some(0), ..Default::default() })),
+        ("core-v1", "Toleration", "key", "string", tag_of(WireToleration { key: s(), ..Default::default() })),
+        ("core-v1", "Toleration", "operator", "string", tag_of(WireToleration { operator: s(), ..Default::default() })),
+        ("core-v1", "Toleration", "value", "string", tag_of(WireToleration { value: s(), ..Default::default() })),
+        ("core-v1", "Toleration", "effect", "string", tag_of(WireToleration { effect: s(), ..Default::default() })),
+        ("core-v1", "Toleration", "tolerationSeconds", "int64", tag_of(WireToleration { toleration_seconds: Some(0), ..Default::default() })),
+        ("core-v1", "PodSpec", "nodeName", "string", tag_of(WirePodSpec { node_name: s(), ..Default::default() })),
+        ("core-v1", "PodSpec", "tolerations", "Toleration", tag_of(WirePodSpec { tolerations: vec![WireToleration::default()], ..Default::default() })),
+        ("core-v1", "PodCondition", "type", "string", tag_of(WirePodCondition { r#type: b(), ..Default::default() })),
+        ("core-v1", "PodCondition", "lastTransitionTime", "Time", tag_of(WirePodCondition { last_transition_time: t(), ..Default::default() })),
+        ("core-v1", "PodCondition", "reason", "string", tag_of(WirePodCondition { reason: b(), ..Default::default() })),
+        ("core-v1", "PodStatus", "phase", "string", tag_of(WirePodStatus { phase: b(), ..Default::default() })),
+        ("core-v1", "PodStatus", "conditions", "PodCondition", tag_of(WirePodStatus { conditions: vec![WirePodCondition::default()], ..Default::default() })),
+        ("core-v1", "Pod", "metadata", "ObjectMeta", tag_of(WirePod { metadata: Some(WireObjectMeta::default()), ..Default::default() })),
+        ("core-v1", "Pod", "spec", "PodSpec", tag_of(WirePod { spec: Some(WirePodSpec::default()), ..Default::default() })),
+        ("core-v1", "Pod", "status", "PodStatus", tag_of(WirePod { status: Some(WirePodStatus::default()), ..Default::default() })),
+        ("core-v1", "Taint", "key", "string", tag_of(WireTaint { key: s(), ..Default::default() })),
+        ("core-v1", "Taint", "value", "string", tag_of(WireTaint { value: s(), ..Default::default() })),
+        ("core-v1", "Taint", "effect", "string", tag_of(WireTaint { effect: s(), ..Default::default() })),
+        ("core-v1", "Taint", "timeAdded", "Time", tag_of(WireTaint { time_added: t(), ..Default::default() })),
+        ("core-v1", "NodeSpec", "taints", "Taint", tag_of(WireNodeSpec { taints: vec![WireTaint::default()], })),
+        ("core-v1", "Node", "metadata", "ObjectMeta", tag_of(WireNode { metadata: Some(WireObjectMeta::default()), spec: None, })),
+        ("core-v1", "Node", "spec", "NodeSpec", tag_of(WireNode { metadata: None, spec: Some(WireNodeSpec::default()), })),
+        ("core-v1", "PodList", "metadata", "ListMeta", tag_of(WireList { metadata: Some(ListMeta::default()), items: vec![], })),
+        ("core-v1", "PodList", "items", "Pod", tag_of(WireList { metadata: None, items: vec![bytes::Bytes::new()], })),
+        ("core-v1", "NodeList", "metadata", "ListMeta", tag_of(WireList { metadata: Some(ListMeta::default()), items: vec![], })),
+        ("core-v1", "NodeList", "items", "Node", tag_of(WireList { metadata: None, items: vec![bytes::Bytes::new()], })),
     ];
     let mut wrong = Vec::new();
     for (file, message, field, ty, ours) in checks {

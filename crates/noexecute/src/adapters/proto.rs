@@ -200,8 +200,10 @@ pub struct WirePodCondition {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct WirePodStatus {
-    #[prost(string, optional, tag = "1")]
-    pub phase: Option<String>,
+    /// Bytes, read as UTF-8 with replacement: the API server does not check a status's
+    /// strings, and JSON would carry invalid UTF-8 as U+FFFD rather than fail the pod.
+    #[prost(bytes = "bytes", optional, tag = "1")]
+    pub phase: Option<Bytes>,
     #[prost(message, repeated, tag = "2")]
     pub conditions: Vec<WirePodCondition>,
 }
@@ -388,11 +390,19 @@ fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.is_empty())
 }
 
-/// Whole seconds, as JSON carries them.
-fn time(what: &'static str, field: &'static str, t: Time) -> Result<MetaTime, DecodeError> {
-    let seconds = t.seconds.unwrap_or(0);
+/// Go's zero `time.Time` (year 1), in Unix seconds.
+const GO_ZERO_TIME: i64 = -62_135_596_800;
+
+/// Whole seconds, as JSON carries them; `None` for a zero time, which Go writes as an empty
+/// message in protobuf and as `null` in JSON.
+fn time(what: &'static str, field: &'static str, t: Time) -> Result<Option<MetaTime>, DecodeError> {
+    let seconds = match t.seconds {
+        None if t.nanos.unwrap_or(0) == 0 => return Ok(None),
+        Some(GO_ZERO_TIME) if t.nanos.unwrap_or(0) == 0 => return Ok(None),
+        s => s.unwrap_or(0),
+    };
     k8s_openapi::jiff::Timestamp::from_second(seconds)
-        .map(MetaTime)
+        .map(|t| Some(MetaTime(t)))
         .map_err(|_| DecodeError::Time {
             what,
             field,
@@ -422,10 +432,10 @@ fn meta(what: &'static str, m: Option<WireObjectMeta>) -> Result<Box<ObjectMeta>
         uid: non_empty(m.uid),
         resource_version: non_empty(m.resource_version),
         generation: m.generation.filter(|g| *g != 0),
-        deletion_timestamp: m
-            .deletion_timestamp
-            .map(|t| time(what, "deletionTimestamp", t))
-            .transpose()?,
+        deletion_timestamp: match m.deletion_timestamp {
+            Some(t) => time(what, "deletionTimestamp", t)?,
+            None => None,
+        },
         labels: (!m.labels.is_empty()).then_some(m.labels),
         annotations,
         ..ObjectMeta::default()
@@ -439,16 +449,13 @@ impl Decode for SlimPod {
         let pod: WirePod = message("Pod", raw)?;
         let spec = pod.spec.unwrap_or_default();
         let status = pod.status.unwrap_or_default();
-        let taint_disruption = status
-            .conditions
-            .into_iter()
-            .find(|c| {
-                c.r#type.as_deref() == Some(b"DisruptionTarget".as_slice())
-                    && c.reason.as_deref() == Some(TAINT_DISRUPTION_REASON.as_bytes())
-            })
-            .and_then(|c| c.last_transition_time)
-            .map(|t| time("Pod", "lastTransitionTime", t))
-            .transpose()?;
+        // As the JSON decoder: the first matching condition with a time that reads.
+        let taint_disruption = status.conditions.into_iter().find_map(|c| {
+            (c.r#type.as_deref() == Some(b"DisruptionTarget".as_slice())
+                && c.reason.as_deref() == Some(TAINT_DISRUPTION_REASON.as_bytes()))
+            .then(|| time("Pod", "lastTransitionTime", c.last_transition_time?).ok()?)
+            .flatten()
+        });
         Ok(SlimPod {
             metadata: meta("Pod", pod.metadata)?,
             spec: slim::PodSpec {
@@ -466,7 +473,10 @@ impl Decode for SlimPod {
                     .collect(),
             },
             status: Some(slim::PodStatus {
-                phase: non_empty(status.phase),
+                phase: status
+                    .phase
+                    .filter(|p| !p.is_empty())
+                    .map(|p| String::from_utf8_lossy(&p).into_owned()),
                 taint_disruption,
             }),
         })
@@ -495,10 +505,10 @@ impl Decode for SlimNode {
                             key: t.key.unwrap_or_default(),
                             value: non_empty(t.value),
                             effect: t.effect.unwrap_or_default(),
-                            time_added: t
-                                .time_added
-                                .map(|a| time("Node", "timeAdded", a))
-                                .transpose()?,
+                            time_added: match t.time_added {
+                                Some(a) => time("Node", "timeAdded", a)?,
+                                None => None,
+                            },
                         })
                     })
                     .collect::<Result<_, DecodeError>>()?,
@@ -586,7 +596,7 @@ mod tests {
                 ],
             }),
             status: Some(WirePodStatus {
-                phase: Some("Running".into()),
+                phase: Some(Bytes::from_static(b"Running")),
                 conditions: vec![
                     WirePodCondition {
                         r#type: Some(Bytes::from_static(b"Ready")),
@@ -755,6 +765,83 @@ mod tests {
             object: None,
         };
         assert!(frame::<SlimPod>(unknown_type.encode_to_vec().into()).is_err());
+        Ok(())
+    }
+
+    /// Go writes a zero time as an empty message (a non-pointer condition time, a set but
+    /// zero `timeAdded`), and JSON as `null`: both are no time, not 1970.
+    #[test]
+    fn a_zero_time_is_no_time() -> R {
+        let zero = Time::default();
+        let go_zero = seconds(GO_ZERO_TIME, 0);
+        let node = WireNode {
+            metadata: None,
+            spec: Some(WireNodeSpec {
+                taints: vec![
+                    WireTaint {
+                        key: Some("a".into()),
+                        effect: Some("NoExecute".into()),
+                        time_added: Some(zero.clone()),
+                        ..WireTaint::default()
+                    },
+                    WireTaint {
+                        key: Some("b".into()),
+                        effect: Some("NoExecute".into()),
+                        time_added: Some(go_zero),
+                        ..WireTaint::default()
+                    },
+                ],
+            }),
+        };
+        let node = SlimNode::from_proto(node.encode_to_vec().into())?;
+        assert!(
+            node.spec.taints.iter().all(|t| t.time_added.is_none()),
+            "{node:?}"
+        );
+        // A marking condition without a time is passed over for the next one, as in JSON.
+        let mark = |time: Option<Time>| WirePodCondition {
+            r#type: Some(Bytes::from_static(b"DisruptionTarget")),
+            last_transition_time: time,
+            reason: Some(Bytes::from_static(TAINT_DISRUPTION_REASON.as_bytes())),
+        };
+        let pod = WirePod {
+            status: Some(WirePodStatus {
+                phase: None,
+                conditions: vec![
+                    mark(Some(zero)),
+                    mark(None),
+                    mark(Some(seconds(1_700_000_000, 0))),
+                ],
+            }),
+            ..WirePod::default()
+        };
+        let pod = SlimPod::from_proto(pod.encode_to_vec().into())?;
+        let json: SlimPod = serde_json::from_value(serde_json::json!({"status": {"conditions": [
+            {"type": "DisruptionTarget", "reason": TAINT_DISRUPTION_REASON, "lastTransitionTime": null},
+            {"type": "DisruptionTarget", "reason": TAINT_DISRUPTION_REASON},
+            {"type": "DisruptionTarget", "reason": TAINT_DISRUPTION_REASON, "lastTransitionTime": "2023-11-14T22:13:20Z"}
+        ]}}))?;
+        assert_eq!(pod.status, json.status);
+        assert!(pod.status.and_then(|s| s.taint_disruption).is_some());
+        Ok(())
+    }
+
+    /// A status string the API server never checked is read with replacement, not refused
+    /// (a refused pod would stall the whole watch).
+    #[test]
+    fn a_phase_that_is_not_utf8_is_read_with_replacement() -> R {
+        let pod = WirePod {
+            status: Some(WirePodStatus {
+                phase: Some(Bytes::from_static(b"Run\xffning")),
+                conditions: vec![],
+            }),
+            ..WirePod::default()
+        };
+        let pod = SlimPod::from_proto(pod.encode_to_vec().into())?;
+        assert_eq!(
+            pod.status.and_then(|s| s.phase).as_deref(),
+            Some("Run\u{fffd}ning")
+        );
         Ok(())
     }
 }

@@ -2,18 +2,21 @@
 //! it) or JSON, into the same [`watcher::Event`]s kube's watcher gives.
 //!
 //! The steps are kube's watcher's, for one format or the other:
-//! - `Init`, then each listed object as `InitApply`, page by page (`limit` and `continue`,
-//!   from `resourceVersion=0`, so the API server answers from its cache), then `InitDone`;
+//! - `Init`, then each listed object as `InitApply`, page by page (`limit` and `continue`; kube
+//!   sends no `resourceVersion=0` with a `limit`, so each list is a consistent read, as it was
+//!   with kube's watcher), then `InitDone`;
 //! - a watch from the list's resource version, with bookmarks; each event moves the resource
 //!   version on, and a watch that ends (the server's timeout, or no word for 5 s past it) is
 //!   started again from there;
 //! - a `410 Gone`, as an ERROR event or as the watch's answer, starts over with a new list;
-//!   any other failure is reported (the caller backs off) and retried from where it stood.
+//!   any other failure is reported (the caller backs off) and retried from where it stood: an
+//!   event that does not decode is reported and skipped, the watch going on, as kube's does;
+//!   a watch cut by an error, or ended before it said anything, is reported and started again.
 //!
 //! The format: in protobuf, requests accept `application/vnd.kubernetes.protobuf` and then
 //! `application/json`, and each response is read by the content type it declares, so a proxy
 //! that passes only JSON costs nothing. A `406` or `415` answer switches the stream to JSON
-//! for good.
+//! until its next full list, which asks for protobuf again.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -198,14 +201,19 @@ impl ListWatch {
         state: State<K>,
     ) -> (Option<Result<Event<K>, Error>>, State<K>) {
         match state {
-            State::Empty => (
-                Some(Ok(Event::Init)),
-                State::Listing {
-                    continue_token: None,
-                    objects: VecDeque::new(),
-                    resource_version: None,
-                },
-            ),
+            State::Empty => {
+                // A fresh list asks for the configured format again (after a 406 from a proxy
+                // that has since been fixed, say).
+                self.content_type = self.config.content_type;
+                (
+                    Some(Ok(Event::Init)),
+                    State::Listing {
+                        continue_token: None,
+                        objects: VecDeque::new(),
+                        resource_version: None,
+                    },
+                )
+            }
             State::Listing {
                 continue_token,
                 mut objects,
@@ -417,6 +425,8 @@ impl ListWatch {
             wire,
             body: response.into_body(),
             buffer: BytesMut::new(),
+            started: std::time::Instant::now(),
+            frames: 0,
         })
     }
 }
@@ -459,60 +469,80 @@ async fn error_response(response: http::Response<Body>) -> Failure {
     report.into()
 }
 
+/// The largest watch event read (client-go's limit on a streamed object).
+const MAX_FRAME: usize = 16 << 20;
+
 /// A watch response's frames: length-prefixed messages in protobuf, lines in JSON.
 struct Frames {
     wire: Wire,
     body: Body,
     buffer: BytesMut,
+    started: std::time::Instant,
+    /// Events read so far.
+    frames: usize,
 }
 
 impl Frames {
-    /// The next event; `None` when the stream ends (the server's timeout, a cut connection).
+    /// The next event; `None` when the stream ends (the server's timeout), an error when it
+    /// is cut, ends at once without a word, or sends more than a frame may hold.
     async fn next<K: Object>(&mut self) -> Option<Result<Frame<K>, Failure>> {
         loop {
-            if let Some(frame) = self.split() {
-                return Some(self.decode(frame));
+            match self.split() {
+                Ok(Some(frame)) => {
+                    self.frames += 1;
+                    return Some(self.decode(frame));
+                }
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
             }
             match self.body.frame().await {
+                None if self.frames == 0 && self.started.elapsed() < Duration::from_secs(1) => {
+                    // A server or proxy that closes every watch at once would otherwise be
+                    // asked again at once, forever, with nothing said.
+                    return Some(Err(Failure::Body("the watch ended at once".into())));
+                }
                 None => return None,
                 Some(Ok(f)) => {
                     if let Ok(data) = f.into_data() {
                         self.buffer.extend_from_slice(&data);
                     }
                 }
-                Some(Err(e)) => {
-                    // A watch cut mid-stream ends it; the caller resumes from its version.
-                    tracing::debug!(error = %e, "watch stream ended");
-                    return None;
-                }
+                Some(Err(e)) => return Some(Err(Failure::Body(e.to_string()))),
             }
         }
     }
 
     /// One whole frame off the buffer, if it holds one.
-    fn split(&mut self) -> Option<Bytes> {
+    fn split(&mut self) -> Result<Option<Bytes>, Failure> {
         match self.wire {
             Wire::Protobuf => {
-                if self.buffer.len() < 4 {
-                    return None;
+                let Some(head) = self.buffer.first_chunk::<4>() else {
+                    return Ok(None);
+                };
+                let len = u32::from_be_bytes(*head) as usize;
+                if len > MAX_FRAME {
+                    return Err(Failure::Body(format!(
+                        "a watch frame of {len} bytes (at most {MAX_FRAME} are read): not protobuf?"
+                    )));
                 }
-                let len = u32::from_be_bytes([
-                    self.buffer[0],
-                    self.buffer[1],
-                    self.buffer[2],
-                    self.buffer[3],
-                ]) as usize;
-                if self.buffer.len() < 4 + len {
-                    return None;
+                if self.buffer.len() - 4 < len {
+                    return Ok(None);
                 }
                 self.buffer.advance(4);
-                Some(self.buffer.split_to(len).freeze())
+                Ok(Some(self.buffer.split_to(len).freeze()))
             }
             Wire::Json => loop {
-                let at = self.buffer.iter().position(|b| *b == b'\n')?;
+                let Some(at) = self.buffer.iter().position(|b| *b == b'\n') else {
+                    if self.buffer.len() > MAX_FRAME {
+                        return Err(Failure::Body(format!(
+                            "a watch event of more than {MAX_FRAME} bytes"
+                        )));
+                    }
+                    return Ok(None);
+                };
                 let line = self.buffer.split_to(at + 1).freeze();
                 if line.len() > 1 {
-                    return Some(line.slice(..at));
+                    return Ok(Some(line.slice(..at)));
                 }
             },
         }
@@ -533,5 +563,60 @@ impl Frames {
                 }),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(wire: Wire, bytes: &[u8]) -> Frames {
+        Frames {
+            wire,
+            body: Body::empty(),
+            buffer: BytesMut::from(bytes),
+            started: std::time::Instant::now(),
+            frames: 0,
+        }
+    }
+
+    #[test]
+    fn protobuf_frames_are_cut_by_their_length_and_wait_for_the_rest() {
+        let mut f = frames(Wire::Protobuf, &[0, 0, 0, 3, b'a', b'b']);
+        assert!(matches!(f.split(), Ok(None)), "half a frame is not a frame");
+        f.buffer.extend_from_slice(&[b'c', 0, 0, 0, 0, 0, 0]);
+        assert!(matches!(f.split(), Ok(Some(b)) if &b[..] == b"abc"));
+        assert!(matches!(f.split(), Ok(Some(b)) if b.is_empty()));
+        assert!(matches!(f.split(), Ok(None)));
+    }
+
+    /// JSON sent under a protobuf content type reads as a length of about 2 GiB: refused at
+    /// once rather than buffered until the watch times out.
+    #[test]
+    fn a_frame_longer_than_any_object_is_an_error() {
+        let mut f = frames(Wire::Protobuf, b"{\"type\":\"ADDED\"");
+        assert!(matches!(f.split(), Err(Failure::Body(_))));
+        let mut f = frames(Wire::Json, &vec![b'x'; MAX_FRAME + 1]);
+        assert!(matches!(f.split(), Err(Failure::Body(_))));
+    }
+
+    #[test]
+    fn json_frames_are_lines_and_blank_lines_are_skipped() {
+        let mut f = frames(Wire::Json, b"\n{\"a\":1}\n{\"b\"");
+        assert!(matches!(f.split(), Ok(Some(b)) if &b[..] == b"{\"a\":1}"));
+        assert!(matches!(f.split(), Ok(None)));
+    }
+
+    /// A watch that closes before saying anything is an error (so the caller backs off), not
+    /// a quiet end to start again from at once.
+    #[tokio::test]
+    async fn a_watch_that_ends_at_once_is_an_error() {
+        let mut f = frames(Wire::Protobuf, &[]);
+        assert!(matches!(
+            f.next::<crate::adapters::slim::SlimPod>().await,
+            Some(Err(Failure::Body(_)))
+        ));
+        f.started -= Duration::from_secs(2);
+        assert!(f.next::<crate::adapters::slim::SlimPod>().await.is_none());
     }
 }
