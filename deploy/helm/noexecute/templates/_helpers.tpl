@@ -126,6 +126,9 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if ne (int $c.pageSize) 500 }}
 - --page-size={{ $c.pageSize }}
 {{- end }}
+{{- if ne $c.apiContentType "protobuf" }}
+- --api-content-type={{ $c.apiContentType }}
+{{- end }}
 {{- if ne (toString $c.eventComponent) "taint-eviction-controller" }}
 - {{ printf "--event-component=%s" $c.eventComponent | quote }}
 {{- end }}
