@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use kube::client::Body;
+use noexecute::adapters::proto;
 use noexecute::controller::executor::{Control, Executor, ExecutorConfig};
+use noexecute::controller::format::ContentType;
 use noexecute::controller::{clock, lease, metrics, ratelimit};
 use noexecute_engine::pipeline::{Attempt, AttemptId, AttemptResult, Finish, Plan, StaleGuard};
 use noexecute_engine::{EvictionId, PodRef, Time, Uid};
@@ -25,6 +27,9 @@ struct Seen {
     method: String,
     path: String,
     body: String,
+    raw: Vec<u8>,
+    accept: String,
+    content_type: String,
 }
 
 /// What the fake answers, in order; anything more is a 599 and a failed test.
@@ -49,6 +54,14 @@ fn fake(answers: Vec<(u16, serde_json::Value)>) -> (kube::Client, Arc<Mutex<Scri
                 .path_and_query()
                 .map(|p| p.to_string())
                 .unwrap_or_default();
+            let header = |req: &Request<Body>, name: &str| {
+                req.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let (accept, content_type) = (header(&req, "accept"), header(&req, "content-type"));
             let bytes = http_body_util::BodyExt::collect(req.into_body())
                 .await
                 .map(|b| b.to_bytes().to_vec())
@@ -58,6 +71,9 @@ fn fake(answers: Vec<(u16, serde_json::Value)>) -> (kube::Client, Arc<Mutex<Scri
                 method,
                 path,
                 body: String::from_utf8_lossy(&bytes).into_owned(),
+                raw: bytes,
+                accept,
+                content_type,
             });
             let (code, body) = s
                 .answers
@@ -134,13 +150,42 @@ async fn run(
     run_selecting(client, leadership, a, control, None).await
 }
 
-/// [`run`] with `--node-selector`.
+/// [`run`] in protobuf.
+async fn run_in_protobuf(
+    client: kube::Client,
+    leadership: lease::Leadership,
+    a: Attempt,
+) -> AttemptResult {
+    run_with(client, leadership, a, |_| {}, None, ContentType::Protobuf).await
+}
+
+/// [`run`] with `--node-selector`. These tests speak JSON, whose bodies they read; one test
+/// checks the protobuf bodies.
 async fn run_selecting(
     client: kube::Client,
     leadership: lease::Leadership,
     a: Attempt,
     control: impl FnOnce(&Control),
     node_selector: Option<&str>,
+) -> AttemptResult {
+    run_with(
+        client,
+        leadership,
+        a,
+        control,
+        node_selector,
+        ContentType::Json,
+    )
+    .await
+}
+
+async fn run_with(
+    client: kube::Client,
+    leadership: lease::Leadership,
+    a: Attempt,
+    control: impl FnOnce(&Control),
+    node_selector: Option<&str>,
+    content_type: ContentType,
 ) -> AttemptResult {
     let mut registry = prometheus_client::registry::Registry::default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -156,6 +201,7 @@ async fn run_selecting(
             node_read_ttl: Duration::from_secs(1),
             node_selector: node_selector
                 .map(|s| noexecute::adapters::selector::Selector::parse(s).expect("a selector")),
+            content_type,
         },
     );
     let cancel = CancellationToken::new();
@@ -201,6 +247,48 @@ async fn the_usual_attempt_is_a_condition_patch_then_a_delete_preconditioned_on_
         "the DELETE is preconditioned on the patch's answer: {}",
         seen[1].body
     );
+}
+
+/// In protobuf, every request accepts protobuf first; the patch stays JSON (a patch has no
+/// protobuf form) and the DELETE's options are a protobuf `DeleteOptions` with the same
+/// preconditions. (That a real server reads them: `tests/proto.rs`.)
+#[tokio::test]
+async fn in_protobuf_the_delete_options_are_protobuf_with_the_same_preconditions() {
+    use prost::Message;
+    let (client, script) = fake(vec![
+        (200, pod_json("u1", "41", false)),
+        (200, pod_json("u1", "42", true)),
+    ]);
+    let result = run_in_protobuf(client, leading(), attempt(Plan::PatchThenDelete, 1)).await;
+    assert_eq!(result, AttemptResult::Evicted);
+    let seen = script.lock().unwrap().seen.clone();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    for s in &seen {
+        assert!(
+            s.accept
+                .starts_with("application/vnd.kubernetes.protobuf, application/json"),
+            "{s:?}"
+        );
+    }
+    assert_eq!(
+        seen[0].content_type,
+        "application/strategic-merge-patch+json"
+    );
+    assert_eq!(seen[1].method, "DELETE");
+    assert_eq!(seen[1].content_type, "application/vnd.kubernetes.protobuf");
+    let raw = seen[1]
+        .raw
+        .strip_prefix(b"k8s\0".as_slice())
+        .expect("the k8s prefix");
+    let unknown = proto::Unknown::decode(raw).expect("an Unknown");
+    let meta = unknown.type_meta.expect("a TypeMeta");
+    assert_eq!(meta.kind.as_deref(), Some("DeleteOptions"));
+    assert_eq!(meta.api_version.as_deref(), Some("meta.k8s.io/v1"));
+    let options =
+        proto::WireDeleteOptions::decode(unknown.raw.expect("the options")).expect("options");
+    let preconditions = options.preconditions.expect("preconditions");
+    assert_eq!(preconditions.uid.as_deref(), Some("u1"));
+    assert_eq!(preconditions.resource_version.as_deref(), Some("41"));
 }
 
 #[tokio::test]
@@ -397,6 +485,9 @@ fn fake_by_method() -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
                 method,
                 path,
                 body: String::new(),
+                raw: Vec::new(),
+                accept: String::new(),
+                content_type: String::new(),
             });
             let response = Response::builder()
                 .status(200)
@@ -429,6 +520,7 @@ async fn a_careful_attempt_s_requests_go_back_to_back_under_a_backlog() {
             request_timeout: Duration::from_secs(5),
             node_read_ttl: Duration::from_secs(1),
             node_selector: None,
+            content_type: ContentType::Json,
         },
     );
     for (i, name) in ["a", "b", "c"].into_iter().enumerate() {

@@ -552,6 +552,7 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
             request_timeout: Duration::from_secs(10),
             node_read_ttl: Duration::from_secs(1),
             node_selector: None,
+            content_type: Default::default(),
         },
     );
     let mut names = std::collections::BTreeMap::new();

@@ -92,7 +92,7 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
             .ok_or_else(|| anyhow!("the plane's env has no NOEXECUTE_KUBE_BIN"))?,
     );
     let mut files = Map::new();
-    for f in ["core-v1", "meta-v1", "runtime"] {
+    for f in ["core-v1", "meta-v1", "runtime", "policy-v1"] {
         files.insert(f, messages(&bin.join("proto").join(format!("{f}.proto")))?);
     }
     let s = || Some(String::new());
@@ -153,6 +153,36 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
         ("core-v1", "PodList", "items", "Pod", tag_of(WireList { metadata: None, items: vec![bytes::Bytes::new()], })),
         ("core-v1", "NodeList", "metadata", "ListMeta", tag_of(WireList { metadata: Some(ListMeta::default()), items: vec![], })),
         ("core-v1", "NodeList", "items", "Node", tag_of(WireList { metadata: None, items: vec![bytes::Bytes::new()], })),
+        ("core-v1", "PodCondition", "status", "string", tag_of(WirePodCondition { status: b(), ..Default::default() })),
+        ("core-v1", "PodCondition", "message", "string", tag_of(WirePodCondition { message: b(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "name", "string", tag_of(WireNewMeta { name: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "namespace", "string", tag_of(WireNewMeta { namespace: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "annotations", "map<string, string>", tag_of(WireNewMeta { annotations: [(String::new(), String::new())].into(), ..Default::default() })),
+        ("meta-v1", "Preconditions", "uid", "string", tag_of(WirePreconditions { uid: s(), resource_version: None, })),
+        ("meta-v1", "Preconditions", "resourceVersion", "string", tag_of(WirePreconditions { uid: None, resource_version: s(), })),
+        ("meta-v1", "DeleteOptions", "preconditions", "Preconditions", tag_of(WireDeleteOptions { preconditions: Some(WirePreconditions::default()), })),
+        ("policy-v1", "Eviction", "metadata", "ObjectMeta", tag_of(WireEviction { metadata: Some(WireNewMeta::default()), delete_options: None, })),
+        ("policy-v1", "Eviction", "deleteOptions", "DeleteOptions", tag_of(WireEviction { metadata: None, delete_options: Some(WireDeleteOptions::default()), })),
+        ("core-v1", "ObjectReference", "kind", "string", tag_of(WireObjectReference { kind: s(), ..Default::default() })),
+        ("core-v1", "ObjectReference", "namespace", "string", tag_of(WireObjectReference { namespace: s(), ..Default::default() })),
+        ("core-v1", "ObjectReference", "name", "string", tag_of(WireObjectReference { name: s(), ..Default::default() })),
+        ("core-v1", "ObjectReference", "uid", "string", tag_of(WireObjectReference { uid: s(), ..Default::default() })),
+        ("core-v1", "ObjectReference", "apiVersion", "string", tag_of(WireObjectReference { api_version: s(), ..Default::default() })),
+        ("core-v1", "ObjectReference", "resourceVersion", "string", tag_of(WireObjectReference { resource_version: s(), ..Default::default() })),
+        ("core-v1", "ObjectReference", "fieldPath", "string", tag_of(WireObjectReference { field_path: s(), ..Default::default() })),
+        ("core-v1", "EventSource", "component", "string", tag_of(WireEventSource { component: s(), host: None, })),
+        ("core-v1", "EventSource", "host", "string", tag_of(WireEventSource { component: None, host: s(), })),
+        ("core-v1", "Event", "metadata", "ObjectMeta", tag_of(WireEvent { metadata: Some(WireNewMeta::default()), ..Default::default() })),
+        ("core-v1", "Event", "involvedObject", "ObjectReference", tag_of(WireEvent { involved_object: Some(WireObjectReference::default()), ..Default::default() })),
+        ("core-v1", "Event", "reason", "string", tag_of(WireEvent { reason: s(), ..Default::default() })),
+        ("core-v1", "Event", "message", "string", tag_of(WireEvent { message: s(), ..Default::default() })),
+        ("core-v1", "Event", "source", "EventSource", tag_of(WireEvent { source: Some(WireEventSource::default()), ..Default::default() })),
+        ("core-v1", "Event", "firstTimestamp", "Time", tag_of(WireEvent { first_timestamp: t(), ..Default::default() })),
+        ("core-v1", "Event", "lastTimestamp", "Time", tag_of(WireEvent { last_timestamp: t(), ..Default::default() })),
+        ("core-v1", "Event", "count", "int32", tag_of(WireEvent { count: Some(0), ..Default::default() })),
+        ("core-v1", "Event", "type", "string", tag_of(WireEvent { r#type: s(), ..Default::default() })),
+        ("core-v1", "Event", "reportingComponent", "string", tag_of(WireEvent { reporting_component: s(), ..Default::default() })),
+        ("core-v1", "Event", "reportingInstance", "string", tag_of(WireEvent { reporting_instance: s(), ..Default::default() })),
     ];
     let mut wrong = Vec::new();
     for (file, message, field, ty, ours) in checks {
@@ -665,6 +695,284 @@ async fn a_pod_fetched_in_protobuf_decodes_as_its_json() -> Result<()> {
     );
     let full: Pod = serde_json::from_str(&json)?;
     ensure!(full.metadata.uid == from_proto.metadata.uid && from_proto.metadata.uid.is_some());
+    ns.cleanup().await?;
+    Ok(())
+}
+
+// ---- writes ------------------------------------------------------------------------------------
+
+/// An attempt on `pod` in term 1.
+fn attempt(
+    pod: &Pod,
+    node: &str,
+    plan: noexecute_engine::pipeline::Plan,
+) -> Result<noexecute_engine::pipeline::Attempt> {
+    use noexecute_engine::pipeline::{Attempt, AttemptId};
+    use noexecute_engine::{EvictionId, PodRef, Time, Uid};
+    Ok(Attempt {
+        id: AttemptId(1),
+        pod: PodRef {
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .context("a namespace")?
+                .into(),
+            name: pod.metadata.name.clone().context("a name")?.into(),
+            uid: Uid::new(pod.metadata.uid.as_deref().context("a UID")?),
+            node: Some(node.into()),
+        },
+        eviction: EvictionId(1),
+        deadline: Time::from_millis(0),
+        due_at: Time::from_millis(0),
+        generation: pod.metadata.generation.unwrap_or(1),
+        cause: None,
+        plan,
+        term: 1,
+        announce: None,
+    })
+}
+
+/// Carry out one attempt in protobuf over `client`; its result.
+async fn execute(
+    client: Client,
+    a: noexecute_engine::pipeline::Attempt,
+) -> Result<noexecute_engine::pipeline::AttemptResult> {
+    use noexecute::controller::executor::{Control, Executor, ExecutorConfig};
+    use noexecute::controller::{clock, lease, metrics, ratelimit};
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let exec = Executor::new(
+        client,
+        Arc::new(ratelimit::RateLimiter::new(100.0, 100)),
+        lease::Leadership::always().0,
+        tx,
+        metrics::Metrics::new(&mut registry),
+        clock::Clock::new(),
+        ExecutorConfig {
+            request_timeout: Duration::from_secs(10),
+            node_read_ttl: Duration::from_secs(1),
+            node_selector: None,
+            content_type: ContentType::Protobuf,
+        },
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    exec.start(a, Control::new(cancel.clone(), cancel.child_token()));
+    let report = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .context("no report within 30 s")?
+        .context("the executor reported nothing")?;
+    exec.drain().await;
+    Ok(report.result)
+}
+
+/// A protobuf body sent as it is; the answer's status and (JSON) body.
+async fn send_protobuf(
+    client: &Client,
+    method: http::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(u16, String)> {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, proto::MEDIA_TYPE)
+        .header(http::header::ACCEPT, "application/json")
+        .body(Body::from(body))?;
+    let response = client.send(request).await?;
+    let status = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| anyhow!("{e}"))?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// The executor's writes in protobuf against the real server: every request accepts
+/// protobuf and is answered in it, the DELETE's options and the Eviction are protobuf bodies,
+/// and each does what its JSON does: the condition is there, the pod is being deleted, and a
+/// precondition on another UID is refused (so the server read the body's preconditions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_writes_in_protobuf_with_the_effect_of_json() -> Result<()> {
+    use noexecute::controller::executor::{CONDITION_MESSAGE, CONDITION_REASON};
+    use noexecute_engine::pipeline::{AttemptResult, Finish, Plan, StaleGuard};
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-exec").await?;
+    let node = ns
+        .create_node("n", vec![noexecute_testkit::no_execute("k", "")])
+        .await?;
+    // Held by a finalizer, so that what the writes did can be read afterwards.
+    let mut created = BTreeMap::new();
+    for name in ["two-requests", "careful", "evicted", "refused"] {
+        let mut p = pod(name, &node, vec![], Some(30));
+        p.metadata.finalizers = Some(vec!["noexecute.test/hold".into()]);
+        created.insert(name, ns.create_pod(&p).await?);
+    }
+    let (client, seen) = recording(admin.clone(), false);
+    let plans = [
+        ("two-requests", Plan::PatchThenDelete),
+        (
+            "careful",
+            Plan::ReadFirst {
+                guard: Some(StaleGuard::new(noexecute_engine::Config::default())),
+                finish: Finish::Delete { fallback: false },
+            },
+        ),
+        (
+            "evicted",
+            Plan::ReadFirst {
+                guard: None,
+                finish: Finish::Evict,
+            },
+        ),
+    ];
+    for (name, plan) in plans {
+        let result = execute(client.clone(), attempt(&created[name], &node, plan)?).await?;
+        ensure!(result == AttemptResult::Evicted, "{name}: {result:?}");
+    }
+    let pods = ns.pods();
+    for name in ["two-requests", "careful", "evicted"] {
+        let p = pods
+            .get(name)
+            .await
+            .with_context(|| format!("reading {name}"))?;
+        ensure!(
+            p.metadata.deletion_timestamp.is_some(),
+            "{name} is not being deleted"
+        );
+        let conditions = p.status.and_then(|s| s.conditions).unwrap_or_default();
+        let want = if name == "evicted" {
+            "EvictionByEvictionAPI"
+        } else {
+            CONDITION_REASON
+        };
+        ensure!(
+            conditions.iter().any(|c| c.type_ == "DisruptionTarget"
+                && c.reason.as_deref() == Some(want)
+                && (name == "evicted" || c.message.as_deref() == Some(CONDITION_MESSAGE))),
+            "{name}: no DisruptionTarget condition with reason {want}: {conditions:?}"
+        );
+    }
+    let seen = seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    // two-requests: PATCH, DELETE; careful: GET pod, GET node, PATCH, DELETE; evicted: GET, POST.
+    ensure!(seen.len() == 8, "{seen:#?}");
+    for s in &seen {
+        ensure!(
+            s.accept.starts_with(proto::MEDIA_TYPE)
+                && (200..300).contains(&s.status)
+                && s.content_type == proto::MEDIA_TYPE,
+            "not protobuf: {s:?}"
+        );
+    }
+
+    // Preconditions on another UID, in protobuf bodies: refused, the pod untouched.
+    let refused = &created["refused"];
+    let path = format!("/api/v1/namespaces/{}/pods/refused", ns.name);
+    let (status, body) = send_protobuf(
+        &admin,
+        http::Method::DELETE,
+        &path,
+        proto::delete_options(Some("not-its-uid"), None),
+    )
+    .await?;
+    ensure!(
+        status == 409 && body.contains("UID"),
+        "DELETE with another UID: {status} {body}"
+    );
+    let (status, body) = send_protobuf(
+        &admin,
+        http::Method::POST,
+        &format!("{path}/eviction"),
+        proto::eviction(&ns.name, "refused", "not-its-uid"),
+    )
+    .await?;
+    ensure!(
+        status == 409 && body.contains("UID"),
+        "Eviction with another UID: {status} {body}"
+    );
+    let p = pods.get("refused").await?;
+    ensure!(
+        p.metadata.deletion_timestamp.is_none(),
+        "a refused precondition deleted the pod"
+    );
+    // And with its own UID, the protobuf DELETE goes through.
+    let (status, body) = send_protobuf(
+        &admin,
+        http::Method::DELETE,
+        &path,
+        proto::delete_options(refused.metadata.uid.as_deref(), None),
+    )
+    .await?;
+    ensure!(status == 200, "DELETE with its UID: {status} {body}");
+
+    for name in created.keys() {
+        pods.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .with_context(|| format!("releasing {name}'s finalizer"))?;
+    }
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// An Event created in protobuf reads back, in JSON, as the Event it was built from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_created_in_protobuf_is_the_event_built() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Event as K8sEvent, EventSource, ObjectReference};
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-event").await?;
+    let stamp =
+        MetaTime(k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second)?);
+    let event = K8sEvent {
+        metadata: kube::api::ObjectMeta {
+            name: Some("p.1a2b".into()),
+            namespace: Some(ns.name.clone()),
+            annotations: Some(BTreeMap::from([(
+                "noexecute.io/lease".to_string(),
+                "kube-system/noexecute".to_string(),
+            )])),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some("p".into()),
+            namespace: Some(ns.name.clone()),
+            ..Default::default()
+        },
+        reason: Some("TaintManagerEviction".into()),
+        message: Some(format!("Marking for deletion Pod {}/p", ns.name)),
+        type_: Some("Normal".into()),
+        source: Some(EventSource {
+            component: Some("taint-eviction-controller".into()),
+            host: None,
+        }),
+        count: Some(1),
+        first_timestamp: Some(stamp.clone()),
+        last_timestamp: Some(stamp),
+        reporting_component: Some("taint-eviction-controller".into()),
+        reporting_instance: Some("noexecute-0".into()),
+        ..Default::default()
+    };
+    let path = format!("/api/v1/namespaces/{}/events", ns.name);
+    let (status, body) =
+        send_protobuf(&admin, http::Method::POST, &path, proto::event(&event)).await?;
+    ensure!(status == 201, "creating the event: {status} {body}");
+    let api: kube::Api<K8sEvent> = kube::Api::namespaced(admin.clone(), &ns.name);
+    let mut back = api.get("p.1a2b").await?;
+    // What the server adds.
+    back.metadata = kube::api::ObjectMeta {
+        name: back.metadata.name,
+        namespace: back.metadata.namespace,
+        annotations: back.metadata.annotations,
+        ..Default::default()
+    };
+    ensure!(back == event, "sent {event:#?}\nread back {back:#?}");
     ns.cleanup().await?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! the slim objects (`crate::adapters::slim`), as the slim JSON decoder does for JSON.
 //!
 //! The messages below declare only the fields the slim objects keep, under the field numbers of
-//! upstream's `generated.proto` (checked by `tests/proto_fields.rs` against the files
+//! upstream's `generated.proto` (checked by `tests/proto.rs` against the files
 //! `scripts/build-kube` takes from the Go module proxy). Every other field (managed fields,
 //! owner references, containers, volumes, the node's status) is skipped by its length without
 //! being read, and of the annotations only the key is looked at, without a copy: the input is
@@ -27,7 +27,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
 use kube::core::ObjectMeta;
 use prost::Message;
 
-use super::slim::{self, NoStatus, SlimNode, SlimPod, TAINT_DISRUPTION_REASON};
+use super::slim::{
+    self, Condition, ConditionsStatus, ExecPod, NoStatus, SlimNode, SlimPod,
+    TAINT_DISRUPTION_REASON,
+};
 
 /// The media type of protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -192,10 +195,14 @@ pub struct WirePodSpec {
 pub struct WirePodCondition {
     #[prost(bytes = "bytes", optional, tag = "1")]
     pub r#type: Option<Bytes>,
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    pub status: Option<Bytes>,
     #[prost(message, optional, tag = "4")]
     pub last_transition_time: Option<Time>,
     #[prost(bytes = "bytes", optional, tag = "5")]
     pub reason: Option<Bytes>,
+    #[prost(bytes = "bytes", optional, tag = "6")]
+    pub message: Option<Bytes>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -251,6 +258,197 @@ pub struct WireList {
     pub metadata: Option<ListMeta>,
     #[prost(bytes = "bytes", repeated, tag = "2")]
     pub items: Vec<Bytes>,
+}
+
+// ---- request bodies (encoded) -----------------------------------------------------------------
+
+/// The metadata of an object created here: a name, a namespace, annotations.
+#[derive(Clone, PartialEq, Message)]
+pub struct WireNewMeta {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub namespace: Option<String>,
+    #[prost(btree_map = "string, string", tag = "12")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `metav1.Preconditions`.
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePreconditions {
+    #[prost(string, optional, tag = "1")]
+    pub uid: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub resource_version: Option<String>,
+}
+
+/// `metav1.DeleteOptions`: only the preconditions are ever set here.
+#[derive(Clone, PartialEq, Message)]
+pub struct WireDeleteOptions {
+    #[prost(message, optional, tag = "2")]
+    pub preconditions: Option<WirePreconditions>,
+}
+
+/// `policy/v1.Eviction`.
+#[derive(Clone, PartialEq, Message)]
+pub struct WireEviction {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<WireNewMeta>,
+    #[prost(message, optional, tag = "2")]
+    pub delete_options: Option<WireDeleteOptions>,
+}
+
+/// `core/v1.ObjectReference`.
+#[derive(Clone, PartialEq, Message)]
+pub struct WireObjectReference {
+    #[prost(string, optional, tag = "1")]
+    pub kind: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub namespace: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub uid: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    pub api_version: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    pub resource_version: Option<String>,
+    #[prost(string, optional, tag = "7")]
+    pub field_path: Option<String>,
+}
+
+/// `core/v1.EventSource`.
+#[derive(Clone, PartialEq, Message)]
+pub struct WireEventSource {
+    #[prost(string, optional, tag = "1")]
+    pub component: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub host: Option<String>,
+}
+
+/// `core/v1.Event`, as the taint managers record them (no series, action or related object).
+#[derive(Clone, PartialEq, Message)]
+pub struct WireEvent {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<WireNewMeta>,
+    #[prost(message, optional, tag = "2")]
+    pub involved_object: Option<WireObjectReference>,
+    #[prost(string, optional, tag = "3")]
+    pub reason: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub message: Option<String>,
+    #[prost(message, optional, tag = "5")]
+    pub source: Option<WireEventSource>,
+    #[prost(message, optional, tag = "6")]
+    pub first_timestamp: Option<Time>,
+    #[prost(message, optional, tag = "7")]
+    pub last_timestamp: Option<Time>,
+    #[prost(int32, optional, tag = "8")]
+    pub count: Option<i32>,
+    #[prost(string, optional, tag = "9")]
+    pub r#type: Option<String>,
+    #[prost(string, optional, tag = "14")]
+    pub reporting_component: Option<String>,
+    #[prost(string, optional, tag = "15")]
+    pub reporting_instance: Option<String>,
+}
+
+/// An enveloped body: the prefix, then an `Unknown` naming the object's kind around its
+/// message, as the API server reads a protobuf request body.
+pub fn envelope(api_version: &str, kind: &str, object: &impl Message) -> Vec<u8> {
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+        }),
+        raw: Some(object.encode_to_vec().into()),
+        content_encoding: None,
+        content_type: None,
+    };
+    let mut out = Vec::with_capacity(PREFIX.len() + unknown.encoded_len());
+    out.extend_from_slice(&PREFIX);
+    out.extend_from_slice(&unknown.encode_to_vec());
+    out
+}
+
+/// A DELETE's body with these preconditions.
+pub fn delete_options(uid: Option<&str>, resource_version: Option<&str>) -> Vec<u8> {
+    envelope(
+        "meta.k8s.io/v1",
+        "DeleteOptions",
+        &delete_options_message(uid, resource_version),
+    )
+}
+
+fn delete_options_message(uid: Option<&str>, resource_version: Option<&str>) -> WireDeleteOptions {
+    WireDeleteOptions {
+        preconditions: Some(WirePreconditions {
+            uid: uid.map(str::to_string),
+            resource_version: resource_version.map(str::to_string),
+        }),
+    }
+}
+
+/// An Eviction of the named pod, preconditioned on its UID.
+pub fn eviction(namespace: &str, name: &str, uid: &str) -> Vec<u8> {
+    envelope(
+        "policy/v1",
+        "Eviction",
+        &WireEviction {
+            metadata: Some(WireNewMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                annotations: BTreeMap::new(),
+            }),
+            delete_options: Some(delete_options_message(Some(uid), None)),
+        },
+    )
+}
+
+fn wire_time(t: &MetaTime) -> Time {
+    Time {
+        seconds: Some(t.0.as_second()),
+        nanos: Some(0),
+    }
+}
+
+/// An Event's protobuf body, carrying what its JSON would (times in whole seconds, as JSON).
+pub fn event(e: &core::Event) -> Vec<u8> {
+    let meta = &e.metadata;
+    let object = &e.involved_object;
+    let source = e.source.as_ref();
+    envelope(
+        "v1",
+        "Event",
+        &WireEvent {
+            metadata: Some(WireNewMeta {
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                annotations: meta.annotations.clone().unwrap_or_default(),
+            }),
+            involved_object: Some(WireObjectReference {
+                kind: object.kind.clone(),
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+                uid: object.uid.clone(),
+                api_version: object.api_version.clone(),
+                resource_version: object.resource_version.clone(),
+                field_path: object.field_path.clone(),
+            }),
+            reason: e.reason.clone(),
+            message: e.message.clone(),
+            source: source.map(|s| WireEventSource {
+                component: s.component.clone(),
+                host: s.host.clone(),
+            }),
+            first_timestamp: e.first_timestamp.as_ref().map(wire_time),
+            last_timestamp: e.last_timestamp.as_ref().map(wire_time),
+            count: e.count,
+            r#type: e.type_.clone(),
+            reporting_component: e.reporting_component.clone(),
+            reporting_instance: e.reporting_instance.clone(),
+        },
+    )
 }
 
 // ---- the envelope -----------------------------------------------------------------------------
@@ -351,6 +549,12 @@ pub fn page<K: Decode>(body: Bytes) -> Result<Page<K>, DecodeError> {
     })
 }
 
+/// An object body (a GET's or a write's answer): the envelope, then a `K`.
+pub fn object<K: Decode>(body: Bytes) -> Result<K, DecodeError> {
+    let kind = K::LIST_KIND.strip_suffix("List").unwrap_or(K::LIST_KIND);
+    K::from_proto(unwrap_kind("object", kind, body)?)
+}
+
 /// One watch frame's message (the 4-byte length already taken off).
 pub fn frame<K: Decode>(frame: Bytes) -> Result<Frame<K>, DecodeError> {
     let event: WatchEvent = message("WatchEvent", frame)?;
@@ -442,6 +646,29 @@ fn meta(what: &'static str, m: Option<WireObjectMeta>) -> Result<Box<ObjectMeta>
     }))
 }
 
+fn pod_spec(spec: WirePodSpec) -> slim::PodSpec {
+    slim::PodSpec {
+        node_name: non_empty(spec.node_name),
+        tolerations: spec
+            .tolerations
+            .into_iter()
+            .map(|t| core::Toleration {
+                key: non_empty(t.key),
+                operator: non_empty(t.operator),
+                value: non_empty(t.value),
+                effect: non_empty(t.effect),
+                toleration_seconds: t.toleration_seconds,
+            })
+            .collect(),
+    }
+}
+
+/// A string read as UTF-8 with replacement (the API server does not check a status's strings).
+fn lossy(b: Option<Bytes>) -> Option<String> {
+    b.filter(|b| !b.is_empty())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
 impl Decode for SlimPod {
     const LIST_KIND: &'static str = "PodList";
 
@@ -458,26 +685,41 @@ impl Decode for SlimPod {
         });
         Ok(SlimPod {
             metadata: meta("Pod", pod.metadata)?,
-            spec: slim::PodSpec {
-                node_name: non_empty(spec.node_name),
-                tolerations: spec
-                    .tolerations
-                    .into_iter()
-                    .map(|t| core::Toleration {
-                        key: non_empty(t.key),
-                        operator: non_empty(t.operator),
-                        value: non_empty(t.value),
-                        effect: non_empty(t.effect),
-                        toleration_seconds: t.toleration_seconds,
-                    })
-                    .collect(),
-            },
+            spec: pod_spec(spec),
             status: Some(slim::PodStatus {
                 phase: status
                     .phase
                     .filter(|p| !p.is_empty())
                     .map(|p| String::from_utf8_lossy(&p).into_owned()),
                 taint_disruption,
+            }),
+        })
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
+
+impl Decode for ExecPod {
+    const LIST_KIND: &'static str = "PodList";
+
+    fn from_proto(raw: Bytes) -> Result<Self, DecodeError> {
+        let pod: WirePod = message("Pod", raw)?;
+        let conditions = pod.status.unwrap_or_default().conditions;
+        Ok(ExecPod {
+            metadata: meta("Pod", pod.metadata)?,
+            spec: pod_spec(pod.spec.unwrap_or_default()),
+            status: Some(ConditionsStatus {
+                conditions: conditions
+                    .into_iter()
+                    .map(|c| Condition {
+                        type_: lossy(c.r#type).unwrap_or_default(),
+                        status: lossy(c.status).unwrap_or_default(),
+                        reason: lossy(c.reason),
+                        message: lossy(c.message),
+                    })
+                    .collect(),
             }),
         })
     }
@@ -602,11 +844,17 @@ mod tests {
                         r#type: Some(Bytes::from_static(b"Ready")),
                         last_transition_time: Some(seconds(1, 0)),
                         reason: Some(Bytes::new()),
+                        status: Some(Bytes::from_static(b"True")),
+                        message: None,
                     },
                     WirePodCondition {
                         r#type: Some(Bytes::from_static(b"DisruptionTarget")),
                         last_transition_time: Some(seconds(1_700_000_100, 5)),
                         reason: Some(Bytes::from_static(TAINT_DISRUPTION_REASON.as_bytes())),
+                        status: Some(Bytes::from_static(b"True")),
+                        message: Some(Bytes::from_static(
+                            b"Taint manager: deleting due to NoExecute taint",
+                        )),
                     },
                 ],
             }),
@@ -615,8 +863,12 @@ mod tests {
 
     /// The same pod as the API server's JSON has it.
     fn json_pod(name: &str) -> R<SlimPod> {
+        Ok(serde_json::from_value(json_pod_value(name))?)
+    }
+
+    fn json_pod_value(name: &str) -> serde_json::Value {
         let release = noexecute_engine::pipeline::RELEASE_ANNOTATION;
-        let json = serde_json::json!({
+        serde_json::json!({
             "metadata": {
                 "name": name, "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
                 "deletionTimestamp": "2023-11-14T22:13:20Z",
@@ -634,10 +886,28 @@ mod tests {
             "status": {"phase": "Running", "conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:00:01Z"},
                 {"type": "DisruptionTarget", "status": "True", "reason": TAINT_DISRUPTION_REASON,
+                 "message": "Taint manager: deleting due to NoExecute taint",
                  "lastTransitionTime": "2023-11-14T22:15:00Z"}
             ]}
-        });
-        Ok(serde_json::from_value(json)?)
+        })
+    }
+
+    /// The executor's view of a pod (its conditions in full), from a GET's or a write's answer.
+    #[test]
+    fn the_executor_s_pod_decodes_to_what_its_json_gives() -> R {
+        let body = enveloped("Pod", wire_pod("a").encode_to_vec());
+        let from_proto: ExecPod = object(body.clone())?;
+        let from_json: ExecPod = serde_json::from_value(json_pod_value("a"))?;
+        assert_eq!(from_proto, from_json);
+        let conditions = from_proto.status.map(|s| s.conditions).unwrap_or_default();
+        assert_eq!(conditions.len(), 2);
+        assert_eq!(conditions[1].status, "True");
+        assert!(conditions[1].message.is_some());
+        assert!(
+            matches!(object::<SlimNode>(body), Err(DecodeError::Kind { .. })),
+            "a Pod is not a Node"
+        );
+        Ok(())
     }
 
     #[test]
@@ -803,6 +1073,7 @@ mod tests {
             r#type: Some(Bytes::from_static(b"DisruptionTarget")),
             last_transition_time: time,
             reason: Some(Bytes::from_static(TAINT_DISRUPTION_REASON.as_bytes())),
+            ..Default::default()
         };
         let pod = WirePod {
             status: Some(WirePodStatus {

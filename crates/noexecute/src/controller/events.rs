@@ -19,15 +19,17 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time as K8sTime};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::core::Request as ApiRequest;
 use noexecute_engine::PodRef;
 use noexecute_engine::action::UpstreamEvent;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::format::{ContentType, Requests, protobuf_body};
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
+use crate::adapters::proto;
 
 /// client-go's broadcaster queue (`maxQueuedEvents`): beyond it, events are dropped.
 const QUEUE: usize = 1000;
@@ -80,7 +82,7 @@ impl EventSink {
     /// Start the sending task. It stops when `shutdown` fires and the queue is empty.
     #[allow(clippy::too_many_arguments)]
     pub fn spawn(
-        client: Client,
+        requests: Requests,
         component: String,
         instance: String,
         lease: String,
@@ -96,7 +98,7 @@ impl EventSink {
             metrics: metrics.clone(),
         };
         let sender = Sender {
-            client,
+            requests,
             component,
             instance,
             lease,
@@ -121,7 +123,9 @@ struct Seen {
 type Key = (String, String, String, String);
 
 struct Sender {
-    client: Client,
+    /// Events are created in protobuf where the server takes it; their count is a JSON merge
+    /// patch in any case.
+    requests: Requests,
     component: String,
     instance: String,
     lease: String,
@@ -192,7 +196,7 @@ impl Sender {
             r.event.reason.to_string(),
             r.event.message.clone(),
         );
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let path = format!("/api/v1/namespaces/{namespace}/events");
         // The fence, before the wait (an event of an ended term costs no token) and after it
         // (a term that ended meanwhile writes nothing).
         if self.leadership.may_write(r.term) {
@@ -222,7 +226,9 @@ impl Sender {
                 "lastTimestamp": K8sTime(stamp),
             });
             let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-            let write = api.patch(&name, &params, &patch);
+            let write = self
+                .requests
+                .done(|_| ApiRequest::new(&path).patch(&name, &params, &patch));
             match tokio::time::timeout(self.timeout, write).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
@@ -270,10 +276,20 @@ impl Sender {
             ..Default::default()
         };
         let params = PostParams::default();
-        let write = api.create(&params, &event);
+        let write = self.requests.done(|format| match format {
+            ContentType::Protobuf => protobuf_body(
+                ApiRequest::new(&path).create(&params, Vec::new()),
+                proto::event(&event),
+            ),
+            ContentType::Json => {
+                let json = serde_json::to_vec(&event)
+                    .map_err(kube::core::request::Error::SerializeBody)?;
+                ApiRequest::new(&path).create(&params, json)
+            }
+        });
         match tokio::time::timeout(self.timeout, write)
             .await
-            .unwrap_or_else(|_| Err(kube::Error::Service("timed out".into())))
+            .unwrap_or_else(|_| Err(super::format::Failure::Body("timed out".into())))
         {
             Ok(_) => {
                 self.remember(

@@ -30,8 +30,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::{Api, Client};
+use kube::Client;
+use kube::api::{
+    DeleteParams, EvictParams, GetParams, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::core::Request;
 use noexecute_engine::pipeline::{
     Attempt, AttemptReport, AttemptResult, Finish, GoneReason, Plan, StaleGuard,
 };
@@ -40,10 +43,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::clock::Clock;
+use super::format::{ContentType, Failure, Requests, protobuf_body};
 use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
-use crate::adapters::slim::ExecPod as Pod;
+use crate::adapters::proto;
+use crate::adapters::slim::{ExecPod as Pod, SlimNode};
 
 pub const CONDITION_TYPE: &str = "DisruptionTarget";
 pub const CONDITION_REASON: &str = "DeletionByTaintManager";
@@ -59,6 +64,8 @@ pub struct ExecutorConfig {
     /// `--node-selector` as the driver applies it: a fresh read of a node that no longer
     /// matches it justifies no eviction.
     pub node_selector: Option<crate::adapters::selector::Selector>,
+    /// The format of requests and answers (`--api-content-type`).
+    pub content_type: ContentType,
 }
 
 /// The stale-cache guard: fresh node reads, shared for a short while by the pods of one node.
@@ -67,7 +74,7 @@ type NodeReads = Mutex<HashMap<String, (std::time::Instant, bool, Vec<noexecute_
 
 #[derive(Clone)]
 pub struct Executor {
-    client: Client,
+    requests: Requests,
     limiter: Arc<RateLimiter>,
     leadership: Leadership,
     reports: mpsc::UnboundedSender<AttemptReport>,
@@ -147,7 +154,7 @@ impl Executor {
         config: ExecutorConfig,
     ) -> Executor {
         Executor {
-            client,
+            requests: Requests::new(client, config.content_type),
             limiter,
             leadership,
             reports,
@@ -247,7 +254,7 @@ impl Executor {
         tokens: u32,
         a: &Attempt,
         control: &Control,
-        request: impl std::future::Future<Output = kube::Result<T>>,
+        request: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, CallError> {
         use std::sync::atomic::Ordering;
         let wrote = control.wrote.load(Ordering::Relaxed);
@@ -274,12 +281,13 @@ impl Executor {
         }
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(kube::Error::Api(status))) => {
+            Ok(Err(e)) if e.status().is_some() => {
+                let (code, message) = e.status().unwrap_or_default();
                 // Not found is an answer, and a budget's 429 is counted on its own.
-                if status.code != 404 && !(verb == "evict" && status.code == 429) {
+                if code != 404 && !(verb == "evict" && code == 429) {
                     self.metrics.api_error(verb);
                 }
-                Err(CallError::Status(status.code, status.message.clone()))
+                Err(CallError::Status(code, message.to_string()))
             }
             Ok(Err(e)) => {
                 self.metrics.api_error(verb);
@@ -303,7 +311,7 @@ impl Executor {
         prepaid: &mut Prepaid,
         a: &Attempt,
         control: &Control,
-        request: impl std::future::Future<Output = kube::Result<T>>,
+        request: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, CallError> {
         let tokens = prepaid.spend();
         let result = self.call(verb, tokens, a, control, request).await;
@@ -313,19 +321,64 @@ impl Executor {
         result
     }
 
-    fn pods(&self, namespace: &str) -> Api<Pod> {
-        Api::namespaced_with(
-            self.client.clone(),
-            namespace,
-            &crate::adapters::slim::pod_resource(),
-        )
+    /// GET the pod.
+    async fn get(&self, a: &Attempt) -> Result<Pod, Failure> {
+        let path = pods_path(&a.pod.namespace);
+        let name: &str = &a.pod.name;
+        self.requests
+            .object(|_| Request::new(&path).get(name, &GetParams::default()))
+            .await
+    }
+
+    /// Add the condition with a status patch preconditioned on the UID; the patched pod.
+    async fn patch_condition(
+        &self,
+        a: &Attempt,
+        uid: &str,
+        generation: Option<i64>,
+    ) -> Result<Pod, Failure> {
+        let path = pods_path(&a.pod.namespace);
+        let name: &str = &a.pod.name;
+        let patch = condition_patch(uid, generation);
+        let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
+        self.requests
+            .object(|_| Request::new(&path).patch_subresource("status", name, &params, &patch))
+            .await
+    }
+
+    /// DELETE the pod, preconditioned on its UID (and resource version, if given).
+    async fn delete(
+        &self,
+        a: &Attempt,
+        uid: &str,
+        resource_version: Option<&str>,
+    ) -> Result<(), Failure> {
+        let path = pods_path(&a.pod.namespace);
+        let name: &str = &a.pod.name;
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: resource_version.map(str::to_string),
+            }),
+            ..DeleteParams::default()
+        };
+        self.requests
+            .done(|format| {
+                let request = Request::new(&path).delete(name, &params);
+                match format {
+                    ContentType::Protobuf => {
+                        protobuf_body(request, proto::delete_options(Some(uid), resource_version))
+                    }
+                    ContentType::Json => request,
+                }
+            })
+            .await
     }
 
     async fn attempt(&self, a: &Attempt, control: &Control) -> AttemptResult {
-        let api = self.pods(&a.pod.namespace);
         let uid = a.pod.uid.to_string();
         let (guard, finish) = match &a.plan {
-            Plan::PatchThenDelete => return self.patch_then_delete(&api, a, &uid, control).await,
+            Plan::PatchThenDelete => return self.patch_then_delete(a, &uid, control).await,
             Plan::ReadFirst { guard, finish } => (*guard, *finish),
         };
         // Every request the attempt may send, paid for at once with the GET, as the two-request
@@ -340,7 +393,7 @@ impl Executor {
         let all = 1 + u32::from(guard.is_some()) + writes;
         let mut prepaid = Prepaid(0);
         let result = self
-            .read_first(&api, a, &uid, guard, finish, control, all, &mut prepaid)
+            .read_first(a, &uid, guard, finish, control, all, &mut prepaid)
             .await;
         self.limiter.give_back(prepaid.0).await;
         result
@@ -351,7 +404,6 @@ impl Executor {
     #[allow(clippy::too_many_arguments)]
     async fn read_first(
         &self,
-        api: &Api<Pod>,
         a: &Attempt,
         uid: &str,
         guard: Option<StaleGuard>,
@@ -360,8 +412,7 @@ impl Executor {
         all: u32,
         prepaid: &mut Prepaid,
     ) -> AttemptResult {
-        let name: &str = &a.pod.name;
-        let pod = match self.call("get", all, a, control, api.get(name)).await {
+        let pod = match self.call("get", all, a, control, self.get(a)).await {
             // Stopped before it was sent: `call` gave every token back.
             Err(CallError::Stopped) => return AttemptResult::Cancelled,
             result => {
@@ -402,8 +453,7 @@ impl Executor {
                 if fallback {
                     tracing::warn!(pod = %a.pod, "the Eviction API refused this eviction for longer than --pdb-timeout; deleting");
                 }
-                self.patch_and_delete(api, a, &pod, uid, control, prepaid)
-                    .await
+                self.patch_and_delete(a, &pod, uid, control, prepaid).await
             }
         }
     }
@@ -412,27 +462,15 @@ impl Executor {
     /// precondition.
     async fn patch_and_delete(
         &self,
-        api: &Api<Pod>,
         a: &Attempt,
         pod: &Pod,
         uid: &str,
         control: &Control,
         prepaid: &mut Prepaid,
     ) -> AttemptResult {
-        let name: &str = &a.pod.name;
         if !has_condition(pod) {
-            let patch = condition_patch(uid, pod.metadata.generation);
-            let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
-            match self
-                .call_prepaid(
-                    "patch",
-                    prepaid,
-                    a,
-                    control,
-                    api.patch_status(name, &params, &patch),
-                )
-                .await
-            {
+            let patch = self.patch_condition(a, uid, pod.metadata.generation);
+            match self.call_prepaid("patch", prepaid, a, control, patch).await {
                 Ok(_) => {}
                 Err(CallError::Status(404, _)) => return AttemptResult::Gone(GoneReason::NotFound),
                 Err(CallError::Status(409, m)) if uid_conflict(&m) => {
@@ -441,15 +479,8 @@ impl Executor {
                 Err(e) => return failed("patch status", e),
             }
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
         match self
-            .call_prepaid("delete", prepaid, a, control, api.delete(name, &params))
+            .call_prepaid("delete", prepaid, a, control, self.delete(a, uid, None))
             .await
         {
             Ok(_) => AttemptResult::Evicted,
@@ -463,16 +494,7 @@ impl Executor {
 
     /// The two-request attempt: the condition patch's answer stands in for the GET, and the
     /// DELETE is conditional on the pod not having changed since.
-    async fn patch_then_delete(
-        &self,
-        api: &Api<Pod>,
-        a: &Attempt,
-        uid: &str,
-        control: &Control,
-    ) -> AttemptResult {
-        let name: &str = &a.pod.name;
-        let patch = condition_patch(uid, Some(a.generation));
-        let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
+    async fn patch_then_delete(&self, a: &Attempt, uid: &str, control: &Control) -> AttemptResult {
         // Both requests' tokens at once, so the DELETE follows the patch at once: an eviction
         // is done as soon as it starts, and a hold (the brake) finds the attempts waiting
         // behind it with nothing written.
@@ -482,7 +504,7 @@ impl Executor {
                 2,
                 a,
                 control,
-                api.patch_status(name, &params, &patch),
+                self.patch_condition(a, uid, Some(a.generation)),
             )
             .await
         {
@@ -512,17 +534,8 @@ impl Executor {
             self.limiter.give_back(1).await;
             return result;
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: patched.metadata.resource_version.clone(),
-            }),
-            ..DeleteParams::default()
-        };
-        match self
-            .call("delete", 0, a, control, api.delete(name, &params))
-            .await
-        {
+        let delete = self.delete(a, uid, patched.metadata.resource_version.as_deref());
+        match self.call("delete", 0, a, control, delete).await {
             Ok(_) => AttemptResult::Evicted,
             Err(CallError::Status(404, _)) => AttemptResult::Gone(GoneReason::NotFound),
             // Replaced, or changed since the patch (perhaps being deleted by someone else):
@@ -546,7 +559,7 @@ impl Executor {
         control: &Control,
         prepaid: &mut Prepaid,
     ) -> AttemptResult {
-        let params = kube::api::EvictParams {
+        let params = EvictParams {
             delete_options: Some(DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: Some(uid.to_string()),
@@ -554,21 +567,21 @@ impl Executor {
                 }),
                 ..DeleteParams::default()
             }),
-            post_options: kube::api::PostParams::default(),
+            post_options: PostParams::default(),
         };
-        // The Eviction subresource is typed on the full Pod; its answer is a Status either way.
-        let pods: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(self.client.clone(), &a.pod.namespace);
-        match self
-            .call_prepaid(
-                "evict",
-                prepaid,
-                a,
-                control,
-                pods.evict(&a.pod.name, &params),
-            )
-            .await
-        {
+        let path = pods_path(&a.pod.namespace);
+        let (namespace, name): (&str, &str) = (&a.pod.namespace, &a.pod.name);
+        // Its answer is a Status either way.
+        let evict = self.requests.done(|format| {
+            let request = Request::new(&path).evict(name, &params);
+            match format {
+                ContentType::Protobuf => {
+                    protobuf_body(request, proto::eviction(namespace, name, uid))
+                }
+                ContentType::Json => request,
+            }
+        });
+        match self.call_prepaid("evict", prepaid, a, control, evict).await {
             Ok(_) => AttemptResult::Evicted,
             Err(CallError::Status(404, _)) => AttemptResult::Gone(GoneReason::NotFound),
             Err(CallError::Status(409, m)) if uid_conflict(&m) => {
@@ -620,11 +633,10 @@ impl Executor {
         {
             return Ok(true);
         }
-        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
-        let fresh = match self
-            .call_prepaid("get", prepaid, a, control, api.get(node))
-            .await
-        {
+        let read = self
+            .requests
+            .object::<SlimNode>(|_| Request::new("/api/v1/nodes").get(node, &GetParams::default()));
+        let fresh = match self.call_prepaid("get", prepaid, a, control, read).await {
             Ok(n) => n,
             // The node is gone: its taints no longer speak for anything.
             Err(CallError::Status(404, _)) => return Ok(false),
@@ -641,8 +653,7 @@ impl Executor {
         });
         let taints: Vec<noexecute_engine::Taint> = fresh
             .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default()
+            .taints
             .iter()
             .map(crate::adapters::convert::taint)
             .collect();
@@ -658,6 +669,10 @@ impl Executor {
         }
         Ok(justified)
     }
+}
+
+fn pods_path(namespace: &str) -> String {
+    format!("/api/v1/namespaces/{namespace}/pods")
 }
 
 /// Rate-limiter tokens an attempt took ahead and has not spent yet.

@@ -23,36 +23,18 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::Stream;
-use http::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE};
-use http::{HeaderValue, StatusCode};
+use http::HeaderValue;
+use http::header::{ACCEPT, ACCEPT_ENCODING};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::api::{ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
 use kube::core::{ObjectList, WatchEvent};
 use kube::runtime::watcher::Event;
-use serde::de::DeserializeOwned;
 
-use crate::adapters::proto::{self, Decode, DecodeError, Frame, Page, StatusReport};
-
-/// The format requests ask for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ContentType {
-    /// `application/vnd.kubernetes.protobuf`, with JSON accepted as well.
-    #[default]
-    Protobuf,
-    /// `application/json` only.
-    Json,
-}
-
-impl ContentType {
-    fn accept(self) -> HeaderValue {
-        HeaderValue::from_static(match self {
-            ContentType::Protobuf => "application/vnd.kubernetes.protobuf, application/json",
-            ContentType::Json => "application/json",
-        })
-    }
-}
+use super::format::{self, Failure, Wire, body, error_response, wire};
+pub use super::format::{ContentType, Object};
+use crate::adapters::proto::{self, Frame, Page, StatusReport};
 
 /// What to list and watch.
 #[derive(Clone, Debug)]
@@ -79,69 +61,6 @@ pub enum Error {
     #[error("the list gave no resource version to watch from")]
     NoResourceVersion,
 }
-
-/// One failed request or response.
-#[derive(Debug, thiserror::Error)]
-pub enum Failure {
-    #[error(transparent)]
-    Request(#[from] kube::Error),
-    #[error("reading the response: {0}")]
-    Body(String),
-    #[error("{code} {reason}: {message}")]
-    Status {
-        code: u16,
-        reason: String,
-        message: String,
-    },
-    #[error("decoding: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("decoding: {0}")]
-    Proto(#[from] DecodeError),
-    #[error("unexpected content type {0:?}")]
-    ContentType(String),
-}
-
-impl Failure {
-    fn gone(&self) -> bool {
-        matches!(self, Failure::Status { code: 410, .. })
-    }
-}
-
-impl From<StatusReport> for Failure {
-    fn from(s: StatusReport) -> Self {
-        Failure::Status {
-            code: s.code,
-            reason: s.reason,
-            message: s.message,
-        }
-    }
-}
-
-/// The format of a response, from its content type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Wire {
-    Protobuf,
-    Json,
-}
-
-fn wire(response: &http::Response<Body>) -> Result<Wire, Failure> {
-    let ct = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    if ct.starts_with(proto::MEDIA_TYPE) {
-        Ok(Wire::Protobuf)
-    } else if ct.starts_with("application/json") {
-        Ok(Wire::Json)
-    } else {
-        Err(Failure::ContentType(ct.to_string()))
-    }
-}
-
-/// Objects both formats decode into.
-pub trait Object: Decode + DeserializeOwned + Clone + Send + 'static {}
-impl<K: Decode + DeserializeOwned + Clone + Send + 'static> Object for K {}
 
 enum State<K> {
     Empty,
@@ -373,10 +292,7 @@ impl ListWatch {
             }
             let response = self.client.send(req.map(Body::from)).await?;
             let status = response.status();
-            if self.content_type == ContentType::Protobuf
-                && (status == StatusCode::NOT_ACCEPTABLE
-                    || status == StatusCode::UNSUPPORTED_MEDIA_TYPE)
-            {
+            if self.content_type == ContentType::Protobuf && format::refused(status) {
                 tracing::warn!(path = %self.config.path, %status, "the API server refused protobuf; using JSON from now on");
                 self.content_type = ContentType::Json;
                 continue;
@@ -429,44 +345,6 @@ impl ListWatch {
             frames: 0,
         })
     }
-}
-
-async fn body(response: http::Response<Body>) -> Result<Bytes, Failure> {
-    response
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .map_err(|e| Failure::Body(e.to_string()))
-}
-
-/// An error response's `Status`, in whichever format it came; its HTTP code if it has none.
-async fn error_response(response: http::Response<Body>) -> Failure {
-    let code = response.status().as_u16();
-    let wire = wire(&response);
-    let body = match body(response).await {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    let report = match wire {
-        Ok(Wire::Protobuf) => proto::status(body.clone()).ok(),
-        _ => serde_json::from_slice::<kube::core::Status>(&body)
-            .ok()
-            .map(|s| StatusReport {
-                code: s.code,
-                reason: s.reason,
-                message: s.message,
-            }),
-    };
-    let mut report = report.unwrap_or_else(|| StatusReport {
-        code,
-        reason: String::new(),
-        message: String::from_utf8_lossy(&body).chars().take(200).collect(),
-    });
-    if report.code == 0 {
-        report.code = code;
-    }
-    report.into()
 }
 
 /// The largest watch event read (client-go's limit on a streamed object).

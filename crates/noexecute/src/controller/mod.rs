@@ -20,6 +20,7 @@ pub mod clock;
 pub mod driver;
 pub mod events;
 pub mod executor;
+pub mod format;
 pub mod lease;
 pub mod listwatch;
 pub mod metrics;
@@ -95,8 +96,8 @@ pub struct RunArgs {
     /// The format nodes and pods are listed and watched in: `protobuf` (the API server's own,
     /// as kube-controller-manager uses; JSON is still accepted, and a server or proxy that
     /// refuses protobuf switches the watch to JSON) or `json`.
-    #[arg(long, env = "NOEXECUTE_API_CONTENT_TYPE", value_enum, default_value_t = listwatch::ContentType::Protobuf)]
-    pub api_content_type: listwatch::ContentType,
+    #[arg(long, env = "NOEXECUTE_API_CONTENT_TYPE", value_enum, default_value_t = format::ContentType::Protobuf)]
+    pub api_content_type: format::ContentType,
     /// Address of the admin server (/metrics, /status, /healthz, /readyz).
     #[arg(long, env = "NOEXECUTE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
@@ -375,7 +376,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // through it), and before the Lease is released.
     let events_stop = CancellationToken::new();
     let (events, events_task) = events::EventSink::spawn(
-        client.clone(),
+        format::Requests::new(client.clone(), args.api_content_type),
         args.event_component.clone(),
         identity.clone(),
         lease_name.clone(),
@@ -412,6 +413,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             request_timeout,
             node_read_ttl: Duration::from_secs(1),
             node_selector: node_selector.clone(),
+            content_type: args.api_content_type,
         },
     )
     .with_events(events.clone());
