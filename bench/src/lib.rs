@@ -142,8 +142,94 @@ pub struct Outcome {
     pub evicted: usize,
     pub wrong: usize,
     pub missed: usize,
+    /// The slowest eviction of a tolerating pod, step by step.
+    pub slowest: Option<Timeline>,
+    /// Pods the harness's watch missed being deleted (its watch fell out of the API server's
+    /// window, 410, and relisted): their eviction is timed at the relist, a late bound.
+    pub timed_at_relist: usize,
     #[serde(skip)]
     pub evicted_names: BTreeSet<String>,
+}
+
+/// The slowest eviction of a tolerating pod as the harness saw it (wall-clock times, RFC 3339)
+/// and, for noexecute, its log lines about that pod (debug: when it saw the taint, when the
+/// eviction fell due, when the attempt started, each request's wait for the rate limiter and
+/// its round trip).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timeline {
+    pub pod: String,
+    pub lag_ms: f64,
+    /// The harness's taint of the pod's node was answered.
+    pub tainted: String,
+    /// `tainted` + S: when the eviction was due.
+    pub due: String,
+    /// The harness's watch saw the pod being deleted.
+    pub observed: String,
+    pub log: Vec<String>,
+}
+
+impl std::fmt::Display for Timeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "slowest eviction: {} ({:.0} ms late)",
+            self.pod, self.lag_ms
+        )?;
+        writeln!(f, "  {}  harness: node tainted", self.tainted)?;
+        writeln!(f, "  {}  harness: due (tainted + S)", self.due)?;
+        writeln!(f, "  {}  harness: deletion observed", self.observed)?;
+        for line in &self.log {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A wall-clock time for an `Instant`, from a pair of readings taken together.
+fn wall(at: Instant, reference: (Instant, std::time::SystemTime)) -> String {
+    let (i0, s0) = reference;
+    let t = if at >= i0 {
+        s0 + (at - i0)
+    } else {
+        s0 - (i0 - at)
+    };
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// A log's lines about one pod (`pod=ns/name`, then a space or the end), without colour codes.
+pub fn lines_about(log: &str, pod: &str) -> Vec<String> {
+    let needle = format!("pod={pod}");
+    log.lines()
+        .map(strip_ansi)
+        .filter(|line| {
+            line.match_indices(&needle).any(|(i, _)| {
+                line[i + needle.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(char::is_whitespace)
+            })
+        })
+        .collect()
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... final byte in @..~
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) && c != '[' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A toleration that keeps the DefaultTolerationSeconds plugin from adding its own (it sees a
@@ -454,8 +540,11 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     // Record every eviction.
     let evicted_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
+    let timed_at_relist = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let recorder = {
         let evicted_at = evicted_at.clone();
+        let timed_at_relist = timed_at_relist.clone();
+        let population: BTreeSet<String> = classes.keys().cloned().collect();
         // Metadata only: the harness shares the machine and should cost little.
         let api: kube::Api<PartialObjectMeta<Pod>> =
             kube::Api::namespaced(client.clone(), &ns.name);
@@ -466,6 +555,9 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
                 .default_backoff()
                 .boxed();
             let mut listed = Some(listed_tx);
+            // The names a (re)list gave: a pod of the population missing from a relist was
+            // deleted while the watch was down.
+            let mut listing: Option<BTreeSet<String>> = None;
             while let Some(item) = stream.next().await {
                 let event = match item {
                     Ok(event) => event,
@@ -475,15 +567,34 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
                     }
                 };
                 let (pod, gone) = match event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                    watcher::Event::Apply(p) => (p, false),
+                    watcher::Event::InitApply(p) => {
+                        if let (Some(names), Some(name)) = (listing.as_mut(), &p.metadata.name) {
+                            names.insert(name.clone());
+                        }
+                        (p, false)
+                    }
                     watcher::Event::Delete(p) => (p, true),
                     watcher::Event::InitDone => {
+                        if let (Some(names), Ok(mut map)) = (listing.take(), evicted_at.lock()) {
+                            let now = Instant::now();
+                            for name in population.difference(&names) {
+                                if !map.contains_key(name) {
+                                    map.insert(name.clone(), now);
+                                    timed_at_relist
+                                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                            }
+                        }
                         if let Some(tx) = listed.take() {
                             let _ = tx.send(());
                         }
                         continue;
                     }
-                    watcher::Event::Init => continue,
+                    watcher::Event::Init => {
+                        listing = Some(BTreeSet::new());
+                        continue;
+                    }
                 };
                 if gone || pod.metadata.deletion_timestamp.is_some() {
                     let name = pod.metadata.name.unwrap_or_default();
@@ -512,6 +623,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     let nodes_api = ns.nodes();
     let apiserver_before = apiserver_cpu()?;
     let started = Instant::now();
+    let clocks = (started, std::time::SystemTime::now());
     let step = opts.taint_spread.div_f64(tainted_count as f64);
     let tainted: Vec<(String, Instant)> = futures::stream::iter(to_taint.into_iter().enumerate())
         .map(|(i, n)| {
@@ -569,6 +681,10 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     let requests_after = request_counts(plane)?;
     recorder.abort();
     let mut within = (None, None);
+    let log_path = match &running {
+        Running::Noexecute(c) => Some(c.log.clone()),
+        Running::Upstream => None,
+    };
     if let Running::Noexecute(mut c) = running {
         if let Ok(text) = c.metrics().await {
             within = deletion_shares(&text);
@@ -597,19 +713,43 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         .filter_map(|(n, _)| evicted_at.get(n))
         .map(|t| t.duration_since(started).as_secs_f64())
         .fold(0f64, f64::max);
-    let mut lags: Vec<f64> = classes
+    let timed: Vec<(f64, &String, Instant, Instant)> = classes
         .iter()
         .filter(|(_, (c, _))| *c == Class::Tolerating)
         .filter_map(|(n, (_, node))| {
             let at = evicted_at.get(n)?;
             let due = *tainted.get(node)? + Duration::from_secs(opts.toleration_seconds as u64);
-            Some(if *at >= due {
+            let lag = if *at >= due {
                 at.duration_since(due).as_secs_f64() * 1000.0
             } else {
                 -(due.duration_since(*at).as_secs_f64() * 1000.0)
-            })
+            };
+            Some((lag, n, due, *at))
         })
         .collect();
+    let slowest = timed
+        .iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(lag, name, due, at)| {
+            let pod = format!("{}/{name}", ns.name);
+            let log = log_path
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .map(|text| lines_about(&text, &pod))
+                .unwrap_or_default();
+            Timeline {
+                pod,
+                lag_ms: *lag,
+                tainted: wall(
+                    *due - Duration::from_secs(opts.toleration_seconds as u64),
+                    clocks,
+                ),
+                due: wall(*due, clocks),
+                observed: wall(*at, clocks),
+                log,
+            }
+        });
+    let mut lags: Vec<f64> = timed.iter().map(|t| t.0).collect();
     lags.sort_by(f64::total_cmp);
     let requests = grown(&requests_after.count, &requests_before.count);
     let served = grown(&requests_after.served, &requests_before.served);
@@ -651,6 +791,8 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         evicted: evicted_names.len(),
         wrong,
         missed,
+        slowest,
+        timed_at_relist: timed_at_relist.load(std::sync::atomic::Ordering::Relaxed),
         evicted_names,
     })
 }
@@ -790,6 +932,12 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
         "| wrongly evicted / missed | {} / {} | {} / {} | |\n",
         upstream.wrong, upstream.missed, ours.wrong, ours.missed
     ));
+    if upstream.timed_at_relist + ours.timed_at_relist > 0 {
+        s.push_str(&format!(
+            "| evictions timed only by the harness's relist (late bound) | {} | {} | |\n",
+            upstream.timed_at_relist, ours.timed_at_relist
+        ));
+    }
     let keys: BTreeSet<&String> = upstream
         .requests
         .keys()
@@ -864,7 +1012,13 @@ pub fn medians(runs: &[Outcome]) -> Option<Outcome> {
         apiserver_cpu_initial_s: m(|o| o.apiserver_cpu_initial_s),
         apiserver_cpu_s: m(|o| o.apiserver_cpu_s),
         evicted: m(|o| o.evicted as f64) as usize,
+        // Not a median: the slowest of all runs.
+        slowest: runs
+            .iter()
+            .filter_map(|o| o.slowest.clone())
+            .max_by(|a, b| a.lag_ms.total_cmp(&b.lag_ms)),
         wrong: runs.iter().map(|o| o.wrong).max().unwrap_or(0),
+        timed_at_relist: runs.iter().map(|o| o.timed_at_relist).max().unwrap_or(0),
         missed: runs.iter().map(|o| o.missed).max().unwrap_or(0),
         ..first
     })
@@ -873,6 +1027,18 @@ pub fn medians(runs: &[Outcome]) -> Option<Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_s_log_lines_are_its_own_not_a_longer_name_s() {
+        let log = "t1 \u{1b}[2mINFO\u{1b}[0m evicting pod=ns/p-1 node=n\nt2 evicting pod=ns/p-10\nt3 request pod=ns/p-1\nt4 nothing";
+        assert_eq!(
+            lines_about(log, "ns/p-1"),
+            [
+                "t1 INFO evicting pod=ns/p-1 node=n",
+                "t3 request pod=ns/p-1"
+            ]
+        );
+    }
 
     #[test]
     fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {

@@ -103,6 +103,9 @@ async fn main() -> Result<()> {
         };
         for which in order {
             let outcome = run(which, &opts).await?;
+            if let Some(slowest) = &outcome.slowest {
+                eprintln!("[{which}] {slowest}");
+            }
             match which {
                 Which::Upstream => upstream_runs.push(outcome),
                 Which::Noexecute => our_runs.push(outcome),

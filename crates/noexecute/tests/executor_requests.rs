@@ -291,6 +291,82 @@ async fn in_protobuf_the_delete_options_are_protobuf_with_the_same_preconditions
     assert_eq!(preconditions.resource_version.as_deref(), Some("41"));
 }
 
+/// A server (or a proxy) that refuses protobuf: a refused read is sent again at once in JSON;
+/// a refused write is not (something in front of the server may have passed it on), it fails,
+/// and the retry speaks JSON from its first request.
+#[tokio::test]
+async fn a_refusal_of_protobuf_resends_a_read_but_fails_a_write() {
+    let refusal = || (406, status(406, "NotAcceptable", "only application/json"));
+    // A careful attempt: the GET is refused, then sent again; the rest goes in JSON.
+    let (client, script) = fake(vec![
+        refusal(),
+        (200, pod_json("u1", "41", false)),
+        (200, pod_json("u1", "42", false)),
+        (200, pod_json("u1", "43", true)),
+    ]);
+    let plan = Plan::ReadFirst {
+        guard: None,
+        finish: Finish::Delete { fallback: false },
+    };
+    let result = run_with(
+        client,
+        leading(),
+        attempt(plan, 1),
+        |_| {},
+        None,
+        ContentType::Protobuf,
+    )
+    .await;
+    assert_eq!(result, AttemptResult::Evicted);
+    let seen = script.lock().unwrap().seen.clone();
+    let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+    assert_eq!(methods, ["GET", "GET", "PATCH", "DELETE"], "{seen:#?}");
+    assert!(seen[0].accept.contains("protobuf"));
+    for s in &seen[1..] {
+        assert_eq!(s.accept, "application/json", "{s:?}");
+    }
+    assert_eq!(
+        seen[3].content_type, "application/json",
+        "a JSON DELETE body"
+    );
+    assert!(seen[3].body.contains("\"uid\":\"u1\""), "{}", seen[3].body);
+
+    // The usual attempt: its PATCH is refused and not sent again; the attempt fails.
+    let (client, script) = fake(vec![refusal()]);
+    let result = run_with(
+        client,
+        leading(),
+        attempt(Plan::PatchThenDelete, 1),
+        |_| {},
+        None,
+        ContentType::Protobuf,
+    )
+    .await;
+    assert!(matches!(result, AttemptResult::Failed { .. }), "{result:?}");
+    assert_eq!(
+        script.lock().unwrap().seen.len(),
+        1,
+        "a refused write is sent once"
+    );
+
+    // A 415 to a JSON body is about the body, not protobuf: no switch, no resend.
+    let (client, script) = fake(vec![(
+        415,
+        status(415, "UnsupportedMediaType", "no such patch type"),
+    )]);
+    let result = run_with(
+        client,
+        leading(),
+        attempt(Plan::PatchThenDelete, 1),
+        |_| {},
+        None,
+        ContentType::Protobuf,
+    )
+    .await;
+    assert!(matches!(result, AttemptResult::Failed { .. }), "{result:?}");
+    assert_eq!(script.lock().unwrap().seen.len(), 1);
+}
+
 #[tokio::test]
 async fn a_pod_changed_between_the_patch_and_the_delete_is_retried_not_deleted() {
     let (client, script) = fake(vec![
@@ -464,6 +540,17 @@ async fn the_eviction_api_counts_a_budget_refusal_towards_the_pdb_timeout() {
             .path
             .starts_with("/api/v1/namespaces/ns/pods/p/eviction")
     );
+    // The UID precondition where the API server reads it (kube-core's own Eviction body names
+    // the field `delete_options`, which the server ignores: the precondition was lost).
+    let body: serde_json::Value = serde_json::from_str(&seen[1].body).unwrap();
+    assert_eq!(
+        body["deleteOptions"]["preconditions"]["uid"], "u1",
+        "{body}"
+    );
+    assert_eq!(body["kind"], "Eviction");
+    assert_eq!(body["apiVersion"], "policy/v1");
+    assert_eq!(body["metadata"]["name"], "p");
+    assert_eq!(body["metadata"]["namespace"], "ns");
 }
 
 /// A fake that answers by method: the pod on GET, the patched pod on PATCH, the pod

@@ -160,7 +160,10 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
         ("meta-v1", "ObjectMeta", "annotations", "map<string, string>", tag_of(WireNewMeta { annotations: [(String::new(), String::new())].into(), ..Default::default() })),
         ("meta-v1", "Preconditions", "uid", "string", tag_of(WirePreconditions { uid: s(), resource_version: None, })),
         ("meta-v1", "Preconditions", "resourceVersion", "string", tag_of(WirePreconditions { uid: None, resource_version: s(), })),
-        ("meta-v1", "DeleteOptions", "preconditions", "Preconditions", tag_of(WireDeleteOptions { preconditions: Some(WirePreconditions::default()), })),
+        ("meta-v1", "DeleteOptions", "preconditions", "Preconditions", tag_of(WireDeleteOptions { preconditions: Some(WirePreconditions::default()), ..Default::default() })),
+        ("meta-v1", "DeleteOptions", "gracePeriodSeconds", "int64", tag_of(WireDeleteOptions { grace_period_seconds: Some(0), ..Default::default() })),
+        ("meta-v1", "DeleteOptions", "propagationPolicy", "string", tag_of(WireDeleteOptions { propagation_policy: s(), ..Default::default() })),
+        ("meta-v1", "DeleteOptions", "dryRun", "string", tag_of(WireDeleteOptions { dry_run: vec![String::new()], ..Default::default() })),
         ("policy-v1", "Eviction", "metadata", "ObjectMeta", tag_of(WireEviction { metadata: Some(WireNewMeta::default()), delete_options: None, })),
         ("policy-v1", "Eviction", "deleteOptions", "DeleteOptions", tag_of(WireEviction { metadata: None, delete_options: Some(WireDeleteOptions::default()), })),
         ("core-v1", "ObjectReference", "kind", "string", tag_of(WireObjectReference { kind: s(), ..Default::default() })),
@@ -788,6 +791,31 @@ async fn send_protobuf(
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
+/// Delete options preconditioned on `uid`.
+fn uid_precondition(uid: &str) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.into()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+/// A JSON body POSTed as it is; the answer's status and body.
+async fn send_json(client: &Client, path: &str, body: Vec<u8>) -> Result<(u16, String)> {
+    let request = Request::post(path)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))?;
+    let response = client.send(request).await?;
+    let status = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| anyhow!("{e}"))?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
 /// The executor's writes in protobuf against the real server: every request accepts
 /// protobuf and is answered in it, the DELETE's options and the Eviction are protobuf bodies,
 /// and each does what its JSON does: the condition is there, the pod is being deleted, and a
@@ -873,7 +901,7 @@ async fn the_executor_writes_in_protobuf_with_the_effect_of_json() -> Result<()>
         &admin,
         http::Method::DELETE,
         &path,
-        proto::delete_options(Some("not-its-uid"), None),
+        proto::delete_options(&uid_precondition("not-its-uid")),
     )
     .await?;
     ensure!(
@@ -884,12 +912,27 @@ async fn the_executor_writes_in_protobuf_with_the_effect_of_json() -> Result<()>
         &admin,
         http::Method::POST,
         &format!("{path}/eviction"),
-        proto::eviction(&ns.name, "refused", "not-its-uid"),
+        proto::eviction(&ns.name, "refused", &uid_precondition("not-its-uid")),
     )
     .await?;
     ensure!(
         status == 409 && body.contains("UID"),
         "Eviction with another UID: {status} {body}"
+    );
+    // The same in JSON, as the executor sends it with --api-content-type json.
+    let (status, body) = send_json(
+        &admin,
+        &format!("{path}/eviction"),
+        noexecute::controller::executor::eviction_json(
+            &ns.name,
+            "refused",
+            &uid_precondition("not-its-uid"),
+        )?,
+    )
+    .await?;
+    ensure!(
+        status == 409 && body.contains("UID"),
+        "JSON Eviction with another UID: {status} {body}"
     );
     let p = pods.get("refused").await?;
     ensure!(
@@ -901,7 +944,9 @@ async fn the_executor_writes_in_protobuf_with_the_effect_of_json() -> Result<()>
         &admin,
         http::Method::DELETE,
         &path,
-        proto::delete_options(refused.metadata.uid.as_deref(), None),
+        proto::delete_options(&uid_precondition(
+            refused.metadata.uid.as_deref().context("a UID")?,
+        )),
     )
     .await?;
     ensure!(status == 200, "DELETE with its UID: {status} {body}");

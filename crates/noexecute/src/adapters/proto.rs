@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use bytes::{Buf, Bytes};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
+use kube::api::DeleteParams;
 use kube::core::ObjectMeta;
 use prost::Message;
 
@@ -282,11 +283,17 @@ pub struct WirePreconditions {
     pub resource_version: Option<String>,
 }
 
-/// `metav1.DeleteOptions`: only the preconditions are ever set here.
+/// `metav1.DeleteOptions`: what kube's `DeleteParams` can say.
 #[derive(Clone, PartialEq, Message)]
 pub struct WireDeleteOptions {
+    #[prost(int64, optional, tag = "1")]
+    pub grace_period_seconds: Option<i64>,
     #[prost(message, optional, tag = "2")]
     pub preconditions: Option<WirePreconditions>,
+    #[prost(string, optional, tag = "4")]
+    pub propagation_policy: Option<String>,
+    #[prost(string, repeated, tag = "5")]
+    pub dry_run: Vec<String>,
 }
 
 /// `policy/v1.Eviction`.
@@ -371,26 +378,38 @@ pub fn envelope(api_version: &str, kind: &str, object: &impl Message) -> Vec<u8>
     out
 }
 
-/// A DELETE's body with these preconditions.
-pub fn delete_options(uid: Option<&str>, resource_version: Option<&str>) -> Vec<u8> {
+/// A DELETE's body: what its JSON (kube's `DeleteParams`) says.
+pub fn delete_options(params: &DeleteParams) -> Vec<u8> {
     envelope(
         "meta.k8s.io/v1",
         "DeleteOptions",
-        &delete_options_message(uid, resource_version),
+        &delete_options_message(params),
     )
 }
 
-fn delete_options_message(uid: Option<&str>, resource_version: Option<&str>) -> WireDeleteOptions {
+fn delete_options_message(params: &DeleteParams) -> WireDeleteOptions {
     WireDeleteOptions {
-        preconditions: Some(WirePreconditions {
-            uid: uid.map(str::to_string),
-            resource_version: resource_version.map(str::to_string),
+        grace_period_seconds: params.grace_period_seconds.map(i64::from),
+        preconditions: params.preconditions.as_ref().map(|p| WirePreconditions {
+            uid: p.uid.clone(),
+            resource_version: p.resource_version.clone(),
         }),
+        // `Orphan`, `Background` or `Foreground`, as its JSON names it.
+        propagation_policy: params
+            .propagation_policy
+            .as_ref()
+            .and_then(|p| serde_json::to_value(p).ok())
+            .and_then(|v| v.as_str().map(str::to_string)),
+        dry_run: if params.dry_run {
+            vec!["All".to_string()]
+        } else {
+            Vec::new()
+        },
     }
 }
 
-/// An Eviction of the named pod, preconditioned on its UID.
-pub fn eviction(namespace: &str, name: &str, uid: &str) -> Vec<u8> {
+/// An Eviction of the named pod with these delete options.
+pub fn eviction(namespace: &str, name: &str, options: &DeleteParams) -> Vec<u8> {
     envelope(
         "policy/v1",
         "Eviction",
@@ -400,7 +419,7 @@ pub fn eviction(namespace: &str, name: &str, uid: &str) -> Vec<u8> {
                 namespace: Some(namespace.to_string()),
                 annotations: BTreeMap::new(),
             }),
-            delete_options: Some(delete_options_message(Some(uid), None)),
+            delete_options: Some(delete_options_message(options)),
         },
     )
 }
@@ -890,6 +909,45 @@ mod tests {
                  "lastTransitionTime": "2023-11-14T22:15:00Z"}
             ]}
         })
+    }
+
+    /// Everything kube's `DeleteParams` can say reaches the protobuf body, not only the
+    /// preconditions the executor sets today.
+    #[test]
+    fn delete_options_carry_all_of_delete_params() -> R {
+        let params = DeleteParams {
+            dry_run: true,
+            grace_period_seconds: Some(5),
+            propagation_policy: Some(kube::api::PropagationPolicy::Background),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some("u".into()),
+                resource_version: Some("7".into()),
+            }),
+        };
+        let (kind, raw) = unwrap(delete_options(&params).into())?;
+        assert_eq!(kind, "DeleteOptions");
+        let wire = WireDeleteOptions::decode(raw)?;
+        assert_eq!(wire.grace_period_seconds, Some(5));
+        assert_eq!(wire.propagation_policy.as_deref(), Some("Background"));
+        assert_eq!(wire.dry_run, ["All"]);
+        let p = wire.preconditions.ok_or("no preconditions")?;
+        assert_eq!(
+            (p.uid.as_deref(), p.resource_version.as_deref()),
+            (Some("u"), Some("7"))
+        );
+        let (kind, raw) = unwrap(eviction("ns", "p", &params).into())?;
+        assert_eq!(kind, "Eviction");
+        let wire = WireEviction::decode(raw)?;
+        let meta = wire.metadata.ok_or("no metadata")?;
+        assert_eq!(
+            (meta.namespace.as_deref(), meta.name.as_deref()),
+            (Some("ns"), Some("p"))
+        );
+        assert_eq!(
+            wire.delete_options.and_then(|o| o.grace_period_seconds),
+            Some(5)
+        );
+        Ok(())
     }
 
     /// The executor's view of a pod (its conditions in full), from a GET's or a write's answer.

@@ -289,7 +289,7 @@ impl Sender {
         });
         match tokio::time::timeout(self.timeout, write)
             .await
-            .unwrap_or_else(|_| Err(super::format::Failure::Body("timed out".into())))
+            .unwrap_or(Err(super::format::Failure::TimedOut))
         {
             Ok(_) => {
                 self.remember(

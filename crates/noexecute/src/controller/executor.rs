@@ -31,9 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{
-    DeleteParams, EvictParams, GetParams, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::Request;
 use noexecute_engine::pipeline::{
     Attempt, AttemptReport, AttemptResult, Finish, GoneReason, Plan, StaleGuard,
@@ -167,6 +165,11 @@ impl Executor {
         }
     }
 
+    /// How this executor speaks to the API server (to share its switch to JSON).
+    pub fn requests(&self) -> Requests {
+        self.requests.clone()
+    }
+
     /// Record attempts' announcements ("Marking for deletion") here.
     pub fn with_events(mut self, events: super::events::EventSink) -> Executor {
         self.events = Some(events);
@@ -186,6 +189,7 @@ impl Executor {
     /// many run at once, so one task each is cheap.
     pub fn start(&self, attempt: Attempt, control: Control) {
         let this = self.clone();
+        tracing::debug!(pod = %attempt.pod, attempt = attempt.id.0, late_ms = self.clock.now().since(attempt.due_at).as_millis() as u64, "attempt started");
         self.tasks.spawn(async move {
             let result = this.attempt(&attempt, &control).await;
             // An attempt that failed before it could write still tried to carry the eviction
@@ -264,6 +268,7 @@ impl Executor {
         } else {
             &control.hold
         };
+        let queued = std::time::Instant::now();
         if tokens > 0 && !self.limiter.acquire_n_unless(tokens, stop).await {
             return Err(CallError::Stopped);
         }
@@ -279,7 +284,18 @@ impl Executor {
         if verb != "get" && !control.wrote.swap(true, Ordering::Relaxed) {
             self.announce(a, "");
         }
-        match tokio::time::timeout(self.config.request_timeout, request).await {
+        let sent = std::time::Instant::now();
+        let answer = tokio::time::timeout(self.config.request_timeout, request).await;
+        // A slow eviction's timeline: the wait for the rate limiter, then the round trip.
+        tracing::debug!(
+            pod = %a.pod,
+            verb,
+            limiter_ms = (sent - queued).as_millis() as u64,
+            round_trip_ms = sent.elapsed().as_millis() as u64,
+            ok = matches!(answer, Ok(Ok(_))),
+            "request"
+        );
+        match answer {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) if e.status().is_some() => {
                 let (code, message) = e.status().unwrap_or_default();
@@ -366,9 +382,7 @@ impl Executor {
             .done(|format| {
                 let request = Request::new(&path).delete(name, &params);
                 match format {
-                    ContentType::Protobuf => {
-                        protobuf_body(request, proto::delete_options(Some(uid), resource_version))
-                    }
+                    ContentType::Protobuf => protobuf_body(request, proto::delete_options(&params)),
                     ContentType::Json => request,
                 }
             })
@@ -559,26 +573,33 @@ impl Executor {
         control: &Control,
         prepaid: &mut Prepaid,
     ) -> AttemptResult {
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid.to_string()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
+        let options = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
             }),
-            post_options: PostParams::default(),
+            ..DeleteParams::default()
         };
         let path = pods_path(&a.pod.namespace);
         let (namespace, name): (&str, &str) = (&a.pod.namespace, &a.pod.name);
         // Its answer is a Status either way.
         let evict = self.requests.done(|format| {
-            let request = Request::new(&path).evict(name, &params);
+            let post = |body| {
+                Request::new(&path).create_subresource(
+                    "eviction",
+                    name,
+                    &PostParams::default(),
+                    body,
+                )
+            };
             match format {
                 ContentType::Protobuf => {
-                    protobuf_body(request, proto::eviction(namespace, name, uid))
+                    protobuf_body(post(Vec::new()), proto::eviction(namespace, name, &options))
                 }
-                ContentType::Json => request,
+                ContentType::Json => post(
+                    eviction_json(namespace, name, &options)
+                        .map_err(kube::core::request::Error::SerializeBody)?,
+                ),
             }
         });
         match self.call_prepaid("evict", prepaid, a, control, evict).await {
@@ -669,6 +690,21 @@ impl Executor {
         }
         Ok(justified)
     }
+}
+
+/// An Eviction in JSON. (kube's own Eviction body names its options `delete_options`, which
+/// the API server ignores: the UID precondition would be lost.)
+pub fn eviction_json(
+    namespace: &str,
+    name: &str,
+    options: &DeleteParams,
+) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": { "name": name, "namespace": namespace },
+        "deleteOptions": options,
+    }))
 }
 
 fn pods_path(namespace: &str) -> String {

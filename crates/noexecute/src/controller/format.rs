@@ -4,10 +4,13 @@
 //! In protobuf, a request accepts protobuf and then JSON, and each answer is read by the
 //! content type it declares, so a proxy that passes only JSON costs nothing. An object body
 //! (a `DeleteOptions`, an `Eviction`, an `Event`) is protobuf too; a patch is JSON in any
-//! case, as patches have no protobuf form. A `406` or `415` answer to protobuf means the
-//! server (or something in front of it) refuses it: the request is sent again in JSON (the
-//! server acted on nothing it refused to read or answer), and [`Requests`] keeps to JSON from
-//! then on; the list-watches switch until their next full list ([`super::listwatch`]).
+//! case, as patches have no protobuf form.
+//!
+//! A refusal of protobuf (a `406` to a request that accepted it, a `415` to a protobuf body)
+//! switches [`Requests`] to JSON from then on (the list-watches switch until their next full
+//! list, [`super::listwatch`]). A read is sent again at once, in JSON. A write is not:
+//! kube-apiserver refuses a format before it acts, but a proxy in front of it need not, so
+//! the write's refusal is its answer, and the caller's retry (which reads first) is JSON.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +63,8 @@ pub enum Failure {
     Proto(#[from] DecodeError),
     #[error("unexpected content type {0:?}")]
     ContentType(String),
+    #[error("timed out")]
+    TimedOut,
 }
 
 impl Failure {
@@ -113,9 +118,19 @@ pub fn wire(response: &http::Response<Body>) -> Result<Wire, Failure> {
 pub trait Object: Decode + DeserializeOwned + Clone + Send + 'static {}
 impl<K: Decode + DeserializeOwned + Clone + Send + 'static> Object for K {}
 
-/// A refusal of the format itself (not of what was asked).
-pub fn refused(status: StatusCode) -> bool {
-    status == StatusCode::NOT_ACCEPTABLE || status == StatusCode::UNSUPPORTED_MEDIA_TYPE
+/// A refusal of protobuf itself (not of what was asked): a `406` to a request that accepted
+/// protobuf, or a `415` to a protobuf body.
+pub fn refused(status: StatusCode, protobuf_body: bool) -> bool {
+    status == StatusCode::NOT_ACCEPTABLE
+        || (protobuf_body && status == StatusCode::UNSUPPORTED_MEDIA_TYPE)
+}
+
+/// Whether a built request carries a protobuf body.
+fn has_protobuf_body(request: &http::Request<Vec<u8>>) -> bool {
+    request
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(proto::MEDIA_TYPE.as_bytes()))
 }
 
 pub async fn body(response: http::Response<Body>) -> Result<Bytes, Failure> {
@@ -169,8 +184,8 @@ pub fn protobuf_body(request: Built, body: Vec<u8>) -> Built {
     Ok(request)
 }
 
-/// Single requests (GET, PATCH, DELETE, POST) in the configured format. Cheap to clone: the
-/// switch to JSON after a refusal is shared.
+/// Single requests (GET, PATCH, DELETE, POST) in the configured format. Cheap to clone; the
+/// clones share the switch to JSON after a refusal (the executor and the events share one).
 #[derive(Clone)]
 pub struct Requests {
     client: Client,
@@ -195,26 +210,34 @@ impl Requests {
         }
     }
 
-    /// Send the request `build` makes for the current format; a refusal of protobuf switches
-    /// to JSON and sends it again. An error answer is a [`Failure::Status`].
-    async fn send(&self, build: impl Fn(ContentType) -> Built) -> Result<(Wire, Bytes), Failure> {
+    /// Send the request `build` makes for the current format. A refusal of protobuf switches
+    /// to JSON; a read is then sent again, a write answers with the refusal. An error answer
+    /// is a [`Failure::Status`]. The answer's format is given with its body.
+    async fn send(
+        &self,
+        build: impl Fn(ContentType) -> Built,
+    ) -> Result<(Result<Wire, Failure>, Bytes), Failure> {
         loop {
             let content_type = self.content_type();
             let mut request =
                 build(content_type).map_err(|e| Failure::Request(kube::Error::BuildRequest(e)))?;
             request.headers_mut().insert(ACCEPT, content_type.accept());
+            let read = request.method() == http::Method::GET;
+            let protobuf_body = has_protobuf_body(&request);
             let response = self.client.send(request.map(Body::from)).await?;
             let status = response.status();
-            if content_type == ContentType::Protobuf && refused(status) {
+            if content_type == ContentType::Protobuf && refused(status, protobuf_body) {
                 if !self.json.swap(true, Ordering::Relaxed) {
                     tracing::warn!(%status, "the API server refused protobuf; using JSON for requests from now on");
                 }
-                continue;
+                if read {
+                    continue;
+                }
             }
             if !status.is_success() {
                 return Err(error_response(response).await);
             }
-            let wire = wire(&response)?;
+            let wire = wire(&response);
             return Ok((wire, body(response).await?));
         }
     }
@@ -225,10 +248,11 @@ impl Requests {
         build: impl Fn(ContentType) -> Built,
     ) -> Result<K, Failure> {
         let (wire, body) = self.send(build).await?;
-        decode(wire, body)
+        decode(wire?, body)
     }
 
-    /// Send, and read the answer only for whether it succeeded.
+    /// Send, and read the answer only for whether it succeeded (a success in a format not
+    /// read here is a success).
     pub async fn done(&self, build: impl Fn(ContentType) -> Built) -> Result<(), Failure> {
         self.send(build).await.map(|_| ())
     }

@@ -292,7 +292,7 @@ impl ListWatch {
             }
             let response = self.client.send(req.map(Body::from)).await?;
             let status = response.status();
-            if self.content_type == ContentType::Protobuf && format::refused(status) {
+            if self.content_type == ContentType::Protobuf && format::refused(status, false) {
                 tracing::warn!(path = %self.config.path, %status, "the API server refused protobuf; using JSON from now on");
                 self.content_type = ContentType::Json;
                 continue;

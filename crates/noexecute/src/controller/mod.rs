@@ -93,9 +93,10 @@ pub struct RunArgs {
     /// Page size of the initial lists.
     #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
     pub page_size: u32,
-    /// The format nodes and pods are listed and watched in: `protobuf` (the API server's own,
-    /// as kube-controller-manager uses; JSON is still accepted, and a server or proxy that
-    /// refuses protobuf switches the watch to JSON) or `json`.
+    /// The format spoken with the API server: `protobuf` (its own, as kube-controller-manager
+    /// speaks it: the node and pod lists and watches, the eviction's answers and its
+    /// DeleteOptions, Eviction and Event bodies; patches are JSON either way; JSON answers
+    /// are still read, and a server or proxy that refuses protobuf gets JSON) or `json`.
     #[arg(long, env = "NOEXECUTE_API_CONTENT_TYPE", value_enum, default_value_t = format::ContentType::Protobuf)]
     pub api_content_type: format::ContentType,
     /// Address of the admin server (/metrics, /status, /healthz, /readyz).
@@ -375,17 +376,6 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // The event sender stops after the executor has drained (its last attempts announce
     // through it), and before the Lease is released.
     let events_stop = CancellationToken::new();
-    let (events, events_task) = events::EventSink::spawn(
-        format::Requests::new(client.clone(), args.api_content_type),
-        args.event_component.clone(),
-        identity.clone(),
-        lease_name.clone(),
-        leadership.clone(),
-        limiter.clone(),
-        metrics.clone(),
-        request_timeout,
-        events_stop.clone(),
-    );
 
     // The node selector is applied by the driver when it can read it, so that a node
     // relabelled out of it is seen leaving (a selecting watch reports it deleted, with its old
@@ -415,8 +405,19 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             node_selector: node_selector.clone(),
             content_type: args.api_content_type,
         },
-    )
-    .with_events(events.clone());
+    );
+    let (events, events_task) = events::EventSink::spawn(
+        executor.requests(),
+        args.event_component.clone(),
+        identity.clone(),
+        lease_name.clone(),
+        leadership.clone(),
+        limiter.clone(),
+        metrics.clone(),
+        request_timeout,
+        events_stop.clone(),
+    );
+    let executor = executor.with_events(events.clone());
     let watches = watch::spawn(
         client,
         args.page_size,
