@@ -157,6 +157,7 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
         ("core-v1", "PodCondition", "message", "string", tag_of(WirePodCondition { message: b(), ..Default::default() })),
         ("meta-v1", "ObjectMeta", "name", "string", tag_of(WireNewMeta { name: s(), ..Default::default() })),
         ("meta-v1", "ObjectMeta", "namespace", "string", tag_of(WireNewMeta { namespace: s(), ..Default::default() })),
+        ("meta-v1", "ObjectMeta", "resourceVersion", "string", tag_of(WireNewMeta { resource_version: s(), ..Default::default() })),
         ("meta-v1", "ObjectMeta", "annotations", "map<string, string>", tag_of(WireNewMeta { annotations: [(String::new(), String::new())].into(), ..Default::default() })),
         ("meta-v1", "Preconditions", "uid", "string", tag_of(WirePreconditions { uid: s(), resource_version: None, })),
         ("meta-v1", "Preconditions", "resourceVersion", "string", tag_of(WirePreconditions { uid: None, resource_version: s(), })),
@@ -184,6 +185,7 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
         ("core-v1", "Event", "lastTimestamp", "Time", tag_of(WireEvent { last_timestamp: t(), ..Default::default() })),
         ("core-v1", "Event", "count", "int32", tag_of(WireEvent { count: Some(0), ..Default::default() })),
         ("core-v1", "Event", "type", "string", tag_of(WireEvent { r#type: s(), ..Default::default() })),
+        ("core-v1", "Event", "eventTime", "MicroTime", tag_of(WireEvent { event_time: t(), ..Default::default() })),
         ("core-v1", "Event", "reportingComponent", "string", tag_of(WireEvent { reporting_component: s(), ..Default::default() })),
         ("core-v1", "Event", "reportingInstance", "string", tag_of(WireEvent { reporting_instance: s(), ..Default::default() })),
     ];
@@ -1018,6 +1020,160 @@ async fn an_event_created_in_protobuf_is_the_event_built() -> Result<()> {
         ..Default::default()
     };
     ensure!(back == event, "sent {event:#?}\nread back {back:#?}");
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// The second-controller guard's Events list-watch: in protobuf it selects and observes the
+/// same Events as in JSON, every field the guard reads included (`eventTime` to the
+/// microsecond, the Lease annotation, the reporting component and instance, the source).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guards_event_list_watch_reads_protobuf_as_json() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Event as K8sEvent, EventSource, ObjectReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-guard").await?;
+    let api: kube::Api<K8sEvent> = kube::Api::namespaced(admin.clone(), &ns.name);
+    let stamp =
+        MetaTime(k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second)?);
+    let micro =
+        MicroTime(k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Microsecond)?);
+    let event = |name: &str, reason: &str, lease: bool, event_time: bool| K8sEvent {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.name.clone()),
+            annotations: lease.then(|| {
+                BTreeMap::from([(
+                    "noexecute.io/lease".to_string(),
+                    "kube-system/noexecute".to_string(),
+                )])
+            }),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.into()),
+            namespace: Some(ns.name.clone()),
+            uid: Some("0e4b8a1c-6f7d-4c55-9d8e-1a2b3c4d5e6f".into()),
+            ..Default::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(format!("Marking for deletion Pod {}/{name}", ns.name)),
+        type_: Some("Normal".into()),
+        source: Some(EventSource {
+            component: Some("taint-eviction-controller".into()),
+            host: Some("cp-0".into()),
+        }),
+        count: Some(3),
+        first_timestamp: (!event_time).then(|| stamp.clone()),
+        last_timestamp: (!event_time).then(|| stamp.clone()),
+        event_time: event_time.then(|| micro.clone()),
+        action: event_time.then(|| "Evict".to_string()),
+        reporting_component: Some("taint-eviction-controller".into()),
+        reporting_instance: Some("kcm-0".into()),
+        ..Default::default()
+    };
+    api.create(
+        &Default::default(),
+        &event("a", "TaintManagerEviction", true, false),
+    )
+    .await?;
+    api.create(
+        &Default::default(),
+        &event("b", "TaintManagerEviction", false, true),
+    )
+    .await?;
+    api.create(&Default::default(), &event("c", "Scheduled", false, false))
+        .await?;
+
+    let path = format!("/api/v1/namespaces/{}/events", ns.name);
+    let fields = Some("reason=TaintManagerEviction".to_string());
+    let (pb_client, pb_seen) = recording(admin.clone(), false);
+    let mut pb = listwatch::list_watch::<K8sEvent>(
+        pb_client,
+        config(&path, None, fields.clone(), ContentType::Protobuf),
+    )
+    .boxed();
+    let mut json = listwatch::list_watch::<K8sEvent>(
+        admin.clone(),
+        config(&path, None, fields, ContentType::Json),
+    )
+    .boxed();
+    // JSON carries what the guard does not read; protobuf decodes only what it does.
+    let read = |e: &Seen2<K8sEvent>| -> Seen2<K8sEvent> {
+        let keep = |e: &K8sEvent| K8sEvent {
+            metadata: kube::api::ObjectMeta {
+                name: e.metadata.name.clone(),
+                namespace: e.metadata.namespace.clone(),
+                resource_version: e.metadata.resource_version.clone(),
+                annotations: e.metadata.annotations.clone(),
+                ..Default::default()
+            },
+            action: None,
+            ..e.clone()
+        };
+        match e {
+            Seen2::Init => Seen2::Init,
+            Seen2::InitApply(e) => Seen2::InitApply(keep(e)),
+            Seen2::InitDone => Seen2::InitDone,
+            Seen2::Apply(e) => Seen2::Apply(keep(e)),
+            Seen2::Delete(e) => Seen2::Delete(keep(e)),
+        }
+    };
+    let pb_listed = listed(&mut pb).await?;
+    let json_listed: Vec<_> = listed(&mut json).await?.iter().map(read).collect();
+    ensure!(
+        pb_listed.len() == 4,
+        "Init, the two TaintManagerEviction Events, InitDone: {pb_listed:#?}"
+    );
+    ensure!(
+        pb_listed == json_listed,
+        "the Events listed differ:\nprotobuf {pb_listed:#?}\njson {json_listed:#?}"
+    );
+    // As built, less what the server sets.
+    for (name, lease, event_time) in [("a", true, false), ("b", false, true)] {
+        let mut want = event(name, "TaintManagerEviction", lease, event_time);
+        want.action = None;
+        let got = pb_listed
+            .iter()
+            .find_map(|e| match e {
+                Seen2::InitApply(e) if e.metadata.name.as_deref() == Some(name) => Some(e.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| anyhow!("{name} not listed"))?;
+        want.metadata.resource_version = got.metadata.resource_version.clone();
+        ensure!(got == want, "built {want:#?}\nread {got:#?}");
+    }
+
+    // A new Event arrives by the watch, the same in both.
+    api.create(
+        &Default::default(),
+        &event("d", "TaintManagerEviction", true, true),
+    )
+    .await?;
+    let pb_new = next(&mut pb).await?;
+    ensure!(
+        matches!(&pb_new, Seen2::Apply(e) if e.metadata.name.as_deref() == Some("d")),
+        "{pb_new:#?}"
+    );
+    ensure!(
+        pb_new == read(&next(&mut json).await?),
+        "the Event watched differs"
+    );
+    let seen = pb_seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    ensure!(
+        seen.iter().any(|s| s.watch)
+            && seen.iter().all(|s| s.status == 200
+                && s.content_type
+                    == if s.watch {
+                        proto::WATCH_MEDIA_TYPE
+                    } else {
+                        proto::MEDIA_TYPE
+                    }),
+        "not protobuf: {seen:?}"
+    );
     ns.cleanup().await?;
     Ok(())
 }

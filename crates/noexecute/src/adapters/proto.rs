@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use bytes::{Buf, Bytes};
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time as MetaTime};
 use kube::api::DeleteParams;
 use kube::core::ObjectMeta;
 use prost::Message;
@@ -263,13 +263,16 @@ pub struct WireList {
 
 // ---- request bodies (encoded) -----------------------------------------------------------------
 
-/// The metadata of an object created here: a name, a namespace, annotations.
+/// The metadata of an object created here (a name, a namespace, annotations), and of an Event
+/// read (its resource version too).
 #[derive(Clone, PartialEq, Message)]
 pub struct WireNewMeta {
     #[prost(string, optional, tag = "1")]
     pub name: Option<String>,
     #[prost(string, optional, tag = "3")]
     pub namespace: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    pub resource_version: Option<String>,
     #[prost(btree_map = "string, string", tag = "12")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -333,7 +336,8 @@ pub struct WireEventSource {
     pub host: Option<String>,
 }
 
-/// `core/v1.Event`, as the taint managers record them (no series, action or related object).
+/// `core/v1.Event`, as the taint managers record them (no series, action or related object),
+/// and as the second-controller guard reads them (`eventTime` too, which others may set).
 #[derive(Clone, PartialEq, Message)]
 pub struct WireEvent {
     #[prost(message, optional, tag = "1")]
@@ -354,6 +358,9 @@ pub struct WireEvent {
     pub count: Option<i32>,
     #[prost(string, optional, tag = "9")]
     pub r#type: Option<String>,
+    /// `MicroTime`, the same message as `Time`.
+    #[prost(message, optional, tag = "10")]
+    pub event_time: Option<Time>,
     #[prost(string, optional, tag = "14")]
     pub reporting_component: Option<String>,
     #[prost(string, optional, tag = "15")]
@@ -417,6 +424,7 @@ pub fn eviction(namespace: &str, name: &str, options: &DeleteParams) -> Vec<u8> 
             metadata: Some(WireNewMeta {
                 name: Some(name.to_string()),
                 namespace: Some(namespace.to_string()),
+                resource_version: None,
                 annotations: BTreeMap::new(),
             }),
             delete_options: Some(delete_options_message(options)),
@@ -443,6 +451,7 @@ pub fn event(e: &core::Event) -> Vec<u8> {
             metadata: Some(WireNewMeta {
                 name: meta.name.clone(),
                 namespace: meta.namespace.clone(),
+                resource_version: None,
                 annotations: meta.annotations.clone().unwrap_or_default(),
             }),
             involved_object: Some(WireObjectReference {
@@ -464,6 +473,10 @@ pub fn event(e: &core::Event) -> Vec<u8> {
             last_timestamp: e.last_timestamp.as_ref().map(wire_time),
             count: e.count,
             r#type: e.type_.clone(),
+            event_time: e.event_time.as_ref().map(|t| Time {
+                seconds: Some(t.0.as_second()),
+                nanos: Some(t.0.subsec_nanosecond()),
+            }),
             reporting_component: e.reporting_component.clone(),
             reporting_instance: e.reporting_instance.clone(),
         },
@@ -781,6 +794,77 @@ impl Decode for SlimNode {
     fn resource_version(&self) -> Option<&str> {
         self.metadata.resource_version.as_deref()
     }
+}
+
+/// Events, for the second-controller guard: every field a taint manager's Event carries
+/// (annotations whole: the guard reads the Lease one, and Events carry few).
+impl Decode for core::Event {
+    const LIST_KIND: &'static str = "EventList";
+
+    fn from_proto(raw: Bytes) -> Result<Self, DecodeError> {
+        let e: WireEvent = message("Event", raw)?;
+        let meta = e.metadata.unwrap_or_default();
+        let object = e.involved_object.unwrap_or_default();
+        let stamp = |field, t: Option<Time>| match t {
+            Some(t) => time("Event", field, t),
+            None => Ok(None),
+        };
+        Ok(core::Event {
+            metadata: ObjectMeta {
+                name: non_empty(meta.name),
+                namespace: non_empty(meta.namespace),
+                resource_version: non_empty(meta.resource_version),
+                annotations: Some(meta.annotations).filter(|a| !a.is_empty()),
+                ..ObjectMeta::default()
+            },
+            involved_object: core::ObjectReference {
+                kind: non_empty(object.kind),
+                namespace: non_empty(object.namespace),
+                name: non_empty(object.name),
+                uid: non_empty(object.uid),
+                api_version: non_empty(object.api_version),
+                resource_version: non_empty(object.resource_version),
+                field_path: non_empty(object.field_path),
+            },
+            reason: non_empty(e.reason),
+            message: non_empty(e.message),
+            source: e.source.map(|s| core::EventSource {
+                component: non_empty(s.component),
+                host: non_empty(s.host),
+            }),
+            first_timestamp: stamp("firstTimestamp", e.first_timestamp)?,
+            last_timestamp: stamp("lastTimestamp", e.last_timestamp)?,
+            count: e.count,
+            type_: non_empty(e.r#type),
+            event_time: match e.event_time {
+                Some(t) => micro_time(t)?,
+                None => None,
+            },
+            reporting_component: non_empty(e.reporting_component),
+            reporting_instance: non_empty(e.reporting_instance),
+            ..core::Event::default()
+        })
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
+
+/// A `MicroTime`: as [`time`], with its fraction of a second.
+fn micro_time(t: Time) -> Result<Option<MicroTime>, DecodeError> {
+    let nanos = t.nanos.unwrap_or(0);
+    let seconds = match t.seconds {
+        None | Some(GO_ZERO_TIME) if nanos == 0 => return Ok(None),
+        s => s.unwrap_or(0),
+    };
+    k8s_openapi::jiff::Timestamp::new(seconds, nanos)
+        .map(|t| Some(MicroTime(t)))
+        .map_err(|_| DecodeError::Time {
+            what: "Event",
+            field: "eventTime",
+            seconds,
+        })
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ pub struct RunArgs {
     #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
     pub page_size: u32,
     /// The format spoken with the API server: `protobuf` (its own, as kube-controller-manager
-    /// speaks it: the node and pod lists and watches, the eviction's answers and its
+    /// speaks it: the node, pod and Event lists and watches, the eviction's answers and its
     /// DeleteOptions, Eviction and Event bodies; patches are JSON either way; JSON answers
     /// are still read, and a server or proxy that refuses protobuf gets JSON) or `json`.
     #[arg(long, env = "NOEXECUTE_API_CONTENT_TYPE", value_enum, default_value_t = format::ContentType::Protobuf)]

@@ -2,8 +2,8 @@
 //! and of the `TaintManagerEviction` Events (for the second-controller guard), forwarded to
 //! the controller loop.
 //!
-//! Nodes and pods are listed and watched by `listwatch`, in protobuf unless told otherwise (the
-//! Events, rare and selected by the server, by kube's watcher in JSON). Both list page by page,
+//! All three are listed and watched by `listwatch`, in protobuf unless told otherwise (the
+//! Events are few, selected by the server, and decoded whole). Each lists page by page,
 //! resume from the last resource version, and relist after `410 Gone` (emitting `Init`,
 //! `InitApply`…, `InitDone` again). Errors are
 //! counted as watch restarts, passed on as [`Watch::Failed`] (the core then knows the cache
@@ -11,9 +11,9 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
+use kube::Client;
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -100,7 +100,7 @@ pub fn backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
 }
 
 /// Start the watches. `page_size` bounds each list page (and the client memory it costs);
-/// `content_type` is the format nodes and pods are asked for. The Events are selected by the
+/// `content_type` is the format they are asked for. The Events are selected by the
 /// API server (`reason=TAINT_EVENT_REASON`): only those of taint eviction controllers are sent.
 pub fn spawn(
     client: Client,
@@ -130,10 +130,14 @@ pub fn spawn(
         client.clone(),
         config("/api/v1/pods", None, Some("spec.nodeName!=")),
     );
-    let events: Api<Event> = Api::all(client);
-    let event_config = watcher::Config::default()
-        .page_size(page_size)
-        .fields(&format!("reason={TAINT_EVENT_REASON}"));
+    let events = listwatch::list_watch::<Event>(
+        client,
+        config(
+            "/api/v1/events",
+            None,
+            Some(&format!("reason={TAINT_EVENT_REASON}")),
+        ),
+    );
     tokio::spawn(forward(
         nodes,
         "nodes",
@@ -148,13 +152,7 @@ pub fn spawn(
         metrics.clone(),
         shutdown.clone(),
     ));
-    tokio::spawn(forward(
-        watcher(events, event_config),
-        "events",
-        event_tx,
-        metrics,
-        shutdown,
-    ));
+    tokio::spawn(forward(events, "events", event_tx, metrics, shutdown));
     Watches {
         nodes: nodes_rx,
         pods: pods_rx,
