@@ -117,7 +117,7 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if ne (int $c.kubeApiBurst) 30 }}
 - --kube-api-burst={{ $c.kubeApiBurst }}
 {{- end }}
-{{- if ne (int $c.concurrency) 64 }}
+{{- if ne (int $c.concurrency) 256 }}
 - --concurrency={{ $c.concurrency }}
 {{- end }}
 {{- if ne (int $c.workerThreads) 1 }}
