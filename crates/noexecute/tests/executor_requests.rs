@@ -297,6 +297,16 @@ async fn in_protobuf_the_delete_options_are_protobuf_with_the_same_preconditions
 #[tokio::test]
 async fn a_refusal_of_protobuf_resends_a_read_but_fails_a_write() {
     let refusal = || (406, status(406, "NotAcceptable", "only application/json"));
+    let in_protobuf = |client, plan| {
+        run_with(
+            client,
+            leading(),
+            attempt(plan, 1),
+            |_| {},
+            None,
+            ContentType::Protobuf,
+        )
+    };
     // A careful attempt: the GET is refused, then sent again; the rest goes in JSON.
     let (client, script) = fake(vec![
         refusal(),
@@ -308,15 +318,7 @@ async fn a_refusal_of_protobuf_resends_a_read_but_fails_a_write() {
         guard: None,
         finish: Finish::Delete { fallback: false },
     };
-    let result = run_with(
-        client,
-        leading(),
-        attempt(plan, 1),
-        |_| {},
-        None,
-        ContentType::Protobuf,
-    )
-    .await;
+    let result = in_protobuf(client, plan).await;
     assert_eq!(result, AttemptResult::Evicted);
     let seen = script.lock().unwrap().seen.clone();
     let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
@@ -333,15 +335,7 @@ async fn a_refusal_of_protobuf_resends_a_read_but_fails_a_write() {
 
     // The usual attempt: its PATCH is refused and not sent again; the attempt fails.
     let (client, script) = fake(vec![refusal()]);
-    let result = run_with(
-        client,
-        leading(),
-        attempt(Plan::PatchThenDelete, 1),
-        |_| {},
-        None,
-        ContentType::Protobuf,
-    )
-    .await;
+    let result = in_protobuf(client, Plan::PatchThenDelete).await;
     assert!(matches!(result, AttemptResult::Failed { .. }), "{result:?}");
     assert_eq!(
         script.lock().unwrap().seen.len(),
@@ -354,15 +348,7 @@ async fn a_refusal_of_protobuf_resends_a_read_but_fails_a_write() {
         415,
         status(415, "UnsupportedMediaType", "no such patch type"),
     )]);
-    let result = run_with(
-        client,
-        leading(),
-        attempt(Plan::PatchThenDelete, 1),
-        |_| {},
-        None,
-        ContentType::Protobuf,
-    )
-    .await;
+    let result = in_protobuf(client, Plan::PatchThenDelete).await;
     assert!(matches!(result, AttemptResult::Failed { .. }), "{result:?}");
     assert_eq!(script.lock().unwrap().seen.len(), 1);
 }

@@ -685,10 +685,7 @@ async fn a_pod_fetched_in_protobuf_decodes_as_its_json() -> Result<()> {
         .unwrap_or_default()
         .to_string();
     ensure!(ct == proto::MEDIA_TYPE, "content type {ct}");
-    let bytes = http_body_util::BodyExt::collect(body.into_body())
-        .await
-        .map_err(|e| anyhow!("{e}"))?
-        .to_bytes();
+    let (_, bytes) = answer(body).await?;
     let (kind, raw) = proto::unwrap(bytes)?;
     ensure!(kind == "Pod", "kind {kind}");
     let from_proto = SlimPod::from_proto(raw)?;
@@ -772,6 +769,16 @@ async fn execute(
 }
 
 /// A protobuf body sent as it is; the answer's status and (JSON) body.
+/// A response's status and body.
+async fn answer(response: http::Response<Body>) -> Result<(u16, bytes::Bytes)> {
+    let status = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| anyhow!("{e}"))?
+        .to_bytes();
+    Ok((status, bytes))
+}
+
 async fn send_protobuf(
     client: &Client,
     method: http::Method,
@@ -784,12 +791,7 @@ async fn send_protobuf(
         .header(http::header::CONTENT_TYPE, proto::MEDIA_TYPE)
         .header(http::header::ACCEPT, "application/json")
         .body(Body::from(body))?;
-    let response = client.send(request).await?;
-    let status = response.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .map_err(|e| anyhow!("{e}"))?
-        .to_bytes();
+    let (status, bytes) = answer(client.send(request).await?).await?;
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
@@ -809,12 +811,7 @@ async fn send_json(client: &Client, path: &str, body: Vec<u8>) -> Result<(u16, S
     let request = Request::post(path)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Body::from(body))?;
-    let response = client.send(request).await?;
-    let status = response.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .map_err(|e| anyhow!("{e}"))?
-        .to_bytes();
+    let (status, bytes) = answer(client.send(request).await?).await?;
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
