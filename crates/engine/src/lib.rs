@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod device;
 pub mod engine;
 mod intern;
 pub mod observe;

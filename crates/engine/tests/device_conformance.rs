@@ -1,0 +1,1085 @@
+//! Upstream's `device_taint_eviction_test.go` `TestController` cases (`docs/parity.md` §22.10),
+//! on a virtual clock: the decision part of each case (which pods are due, when and why, and
+//! which cancellations record an event), then the clock run well past every deadline. Where
+//! upstream applies a case's events in every order, so does [`outcome`]; events grouped in one
+//! inner list keep their order, as upstream's nested lists do.
+//!
+//! Not yet here: the DeviceTaintRule status parts of the rule cases (their eviction parts are),
+//! and the PodGroup and extended-resource claim cases (`docs/parity.md` §22.9).
+
+use noexecute_engine::device::{
+    AllocatedDevice, Claim, Consumer, Device, DeviceAction, DeviceEviction, DevicePod, Devices,
+    PodClaim, PodKey, Rule, Selector, Slice, TaintSource,
+};
+use noexecute_engine::{Operator, Taint, TaintEffect, Time, Toleration, observe::Uid};
+
+const NS: &str = "default";
+const DRIVER: &str = "some-driver";
+const POOL: &str = "worker";
+
+/// Upstream's `taintTime`: the fake clock's start.
+fn t0() -> Time {
+    Time::from_secs(946_684_800)
+}
+
+fn taint(key: &str, value: &str, effect: &str) -> Taint {
+    let mut t = Taint::new(key, value, TaintEffect::parse(effect));
+    t.time_added = Some(t0());
+    t
+}
+
+fn no_execute() -> Taint {
+    taint("example.com/taint", "something", "NoExecute")
+}
+
+fn exists(key: &str, seconds: Option<i64>) -> Toleration {
+    Toleration {
+        key: key.into(),
+        operator: Operator::Exists,
+        value: String::new(),
+        effect: Some(TaintEffect::NoExecute),
+        toleration_seconds: seconds,
+    }
+}
+
+fn device(name: &str, taints: Vec<Taint>) -> Device {
+    Device {
+        name: name.into(),
+        taints,
+    }
+}
+
+fn slice_named(name: &str, generation: i64, instance: Vec<Taint>) -> Slice {
+    Slice {
+        name: name.into(),
+        driver: DRIVER.into(),
+        pool: POOL.into(),
+        generation,
+        devices: vec![
+            device("instance", instance),
+            device(
+                "instance-no-schedule",
+                vec![taint("no-schedule", "", "NoSchedule")],
+            ),
+            device(
+                "instance-no-execute",
+                vec![
+                    taint("no-effect", "", "None"),
+                    taint("no-execute", "", "NoExecute"),
+                ],
+            ),
+        ],
+    }
+}
+
+/// Upstream's `slice`: `instance` untainted.
+fn slice() -> Slice {
+    slice_named("my-slice", 1, vec![])
+}
+
+/// Upstream's `sliceTainted`: `instance` carries a `NoExecute` taint since `t0`.
+fn slice_tainted() -> Slice {
+    slice_named("my-slice", 1, vec![no_execute()])
+}
+
+fn pod_uid() -> Uid {
+    Uid::new("1234")
+}
+
+fn allocated(device: &str, tolerations: Vec<Toleration>) -> AllocatedDevice {
+    AllocatedDevice {
+        driver: DRIVER.into(),
+        pool: POOL.into(),
+        device: device.into(),
+        tolerations,
+    }
+}
+
+/// Upstream's `inUseClaim`: `instance`, owned by and reserved for `my-pod`.
+fn claim() -> Claim {
+    claim_of("my-claim", vec![allocated("instance", vec![])])
+}
+
+fn claim_of(name: &str, devices: Vec<AllocatedDevice>) -> Claim {
+    Claim {
+        namespace: NS.into(),
+        name: name.into(),
+        uid: Uid::new(&format!("{name}-uid")),
+        owner: Some(pod_uid()),
+        allocation: Some(devices),
+        reserved_for: vec![Consumer::pod("my-pod", pod_uid())],
+    }
+}
+
+fn tolerating(tolerations: Vec<Toleration>) -> Claim {
+    claim_of("my-claim", vec![allocated("instance", tolerations)])
+}
+
+/// Upstream's `podWithClaimName`: scheduled on `worker`, using `my-claim` by name.
+fn pod() -> DevicePod {
+    DevicePod {
+        namespace: NS.into(),
+        name: "my-pod".into(),
+        uid: pod_uid(),
+        node: Some("worker".into()),
+        claims: vec![PodClaim::Named("my-claim".into())],
+    }
+}
+
+fn key() -> PodKey {
+    pod().key()
+}
+
+fn rule(name: &str, selector: Selector, t: Taint) -> Rule {
+    Rule {
+        name: name.into(),
+        uid: Uid::new(&format!("{name}-uid")),
+        selector: Some(selector),
+        taint: t,
+    }
+}
+
+fn driver_selector() -> Selector {
+    Selector {
+        driver: Some(DRIVER.into()),
+        ..Selector::default()
+    }
+}
+
+fn device_selector(device: &str) -> Selector {
+    Selector {
+        device: Some(device.into()),
+        ..Selector::default()
+    }
+}
+
+fn rule_source(name: &str) -> TaintSource {
+    TaintSource::Rule {
+        name: name.into(),
+        uid: Uid::new(&format!("{name}-uid")),
+    }
+}
+
+fn slice_source(device: &str, index: usize) -> TaintSource {
+    TaintSource::Slice {
+        driver: DRIVER.into(),
+        pool: POOL.into(),
+        device: device.into(),
+        index,
+        slice: "my-slice".into(),
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Slice(Slice),
+    DelSlice(&'static str),
+    Rule(Rule),
+    Claim(Claim),
+    DelClaim(&'static str),
+    Pod(DevicePod),
+    DelPod(&'static str),
+}
+
+fn apply(d: &mut Devices, ev: &Ev) {
+    match ev {
+        Ev::Slice(s) => d.upsert_slice(s.clone()),
+        Ev::DelSlice(n) => d.delete_slice(n),
+        Ev::Rule(r) => d.upsert_rule(r.clone()),
+        Ev::Claim(c) => d.upsert_claim(c.clone()),
+        Ev::DelClaim(n) => d.delete_claim(NS, n),
+        Ev::Pod(p) => d.upsert_pod(p.clone()),
+        Ev::DelPod(n) => d.delete_pod(NS, n),
+    }
+}
+
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![vec![]];
+    }
+    let mut out = Vec::new();
+    for rest in permutations(n - 1) {
+        for at in 0..=rest.len() {
+            let mut p = rest.clone();
+            p.insert(at, n - 1);
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// What a case's events leave behind.
+#[derive(Debug)]
+struct Outcome {
+    /// Upstream's `deletePodAt` after the events.
+    pending: Vec<(PodKey, DeviceEviction)>,
+    /// The pods whose cancellation records "Cancelling deletion", during the events.
+    cancel_events: Vec<PodKey>,
+    devices: Devices,
+}
+
+/// The state after `initial`, then `events` in every order of the outer list; every order must
+/// agree on what is pending and on the cancellation events.
+fn outcome(initial: &[Ev], events: &[Vec<Ev>]) -> Outcome {
+    let mut first: Option<Outcome> = None;
+    for order in permutations(events.len()) {
+        let mut d = Devices::new();
+        for ev in initial {
+            apply(&mut d, ev);
+        }
+        d.drain_actions();
+        for &i in &order {
+            for ev in &events[i] {
+                apply(&mut d, ev);
+            }
+        }
+        let mut cancel_events: Vec<PodKey> = d
+            .drain_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                DeviceAction::Cancel { pod, event: true } => Some(pod),
+                _ => None,
+            })
+            .collect();
+        cancel_events.sort();
+        let got = Outcome {
+            pending: d.pending().clone().into_iter().collect(),
+            cancel_events,
+            devices: d,
+        };
+        match &first {
+            None => first = Some(got),
+            Some(f) => {
+                assert_eq!(
+                    (&f.pending, &f.cancel_events),
+                    (&got.pending, &got.cancel_events),
+                    "order {order:?} disagrees"
+                );
+            }
+        }
+    }
+    first.unwrap_or_else(|| unreachable!("at least one order"))
+}
+
+/// Runs the virtual clock from `t0` to `until`: every pod due fires at its time (at `t0` if
+/// that has passed), as upstream's workers do. Returns (time, pod) in order.
+fn run(d: &mut Devices, until: Time) -> Vec<(Time, PodKey)> {
+    let mut fired = Vec::new();
+    while let Some(at) = d.next_due() {
+        let now = at.max(t0());
+        if now > until {
+            break;
+        }
+        for pod in d.due(now) {
+            d.evicted(&pod);
+            fired.push((now, pod));
+        }
+    }
+    fired
+}
+
+fn later() -> Time {
+    t0().plus_secs(7200)
+}
+
+/// Nothing pending, and nothing fires over two hours.
+fn assert_never(mut o: Outcome) {
+    assert_eq!(o.pending, vec![], "nothing pending");
+    assert_eq!(run(&mut o.devices, later()), vec![], "nothing fires");
+}
+
+/// `my-pod` pending at `at` for `reasons`, and fired exactly then.
+fn assert_evicted_at(mut o: Outcome, at: Time, reasons: Vec<TaintSource>) {
+    assert_eq!(
+        o.pending,
+        vec![(key(), DeviceEviction { at, reasons })],
+        "pending"
+    );
+    assert_eq!(run(&mut o.devices, later()), vec![(at, key())], "fired");
+}
+
+fn single(ev: Ev) -> Vec<Vec<Ev>> {
+    vec![vec![ev]]
+}
+
+fn each(evs: Vec<Ev>) -> Vec<Vec<Ev>> {
+    evs.into_iter().map(|e| vec![e]).collect()
+}
+
+#[test]
+fn empty() {
+    assert_never(outcome(&[], &[]));
+}
+
+#[test]
+fn populate_pools() {
+    let mut other = slice_tainted();
+    other.name = "other-slice".into();
+    other.pool = "other".into();
+    assert_never(outcome(
+        &[],
+        &each(vec![Ev::Slice(slice()), Ev::Slice(other)]),
+    ));
+}
+
+#[test]
+fn update_pools() {
+    let mut other = slice_tainted();
+    other.name = "other-slice".into();
+    let o = outcome(
+        &[Ev::Slice(slice_tainted()), Ev::Slice(other)],
+        &each(vec![Ev::Slice(slice()), Ev::DelSlice("other-slice")]),
+    );
+    assert_never(o);
+}
+
+#[test]
+fn untainted_claim() {
+    assert_never(outcome(
+        &[],
+        &each(vec![Ev::Slice(slice()), Ev::Claim(claim())]),
+    ));
+}
+
+#[test]
+fn tainted_claim_through_resourceslice() {
+    // The claim is due at t0, but no pod uses it.
+    let o = outcome(
+        &[],
+        &each(vec![Ev::Slice(slice_tainted()), Ev::Claim(claim())]),
+    );
+    let mut d = o.devices.clone();
+    d.upsert_pod(pod());
+    assert_eq!(
+        d.pending().get(&key()).map(|e| e.at),
+        Some(t0()),
+        "the claim's time, once a pod uses it (positive control)"
+    );
+    assert_never(o);
+}
+
+#[test]
+fn tainted_claim_through_rule() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Rule(rule("rule", driver_selector(), no_execute())),
+            Ev::Claim(claim()),
+        ]),
+    );
+    let mut d = o.devices.clone();
+    d.upsert_pod(pod());
+    assert_eq!(
+        d.pending().get(&key()).map(|e| e.reasons.clone()),
+        Some(vec![rule_source("rule")]),
+        "the rule is the claim's reason (positive control)"
+    );
+    assert_never(o);
+}
+
+#[test]
+fn evict_pod_resourceclaim() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+/// The eviction part of upstream's case; the rule's status comes with rule status.
+#[test]
+fn evict_pod_rule() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Rule(rule("rule", driver_selector(), no_execute())),
+            Ev::Claim(claim()),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![rule_source("rule")]);
+}
+
+/// The eviction part of upstream's case; the rule's status comes with rule status.
+#[test]
+fn evict_pod_rule_later() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Rule(rule("rule", driver_selector(), no_execute())),
+            Ev::Claim(tolerating(vec![exists("", Some(3600))])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0().plus_secs(3600), vec![rule_source("rule")]);
+}
+
+fn pod_in(namespace: &str, name: &str, uid: &str) -> (DevicePod, Claim) {
+    let uid = Uid::new(uid);
+    let p = DevicePod {
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: uid.clone(),
+        node: Some("worker".into()),
+        claims: vec![PodClaim::Named(format!("{name}-claim"))],
+    };
+    let c = Claim {
+        namespace: namespace.into(),
+        name: format!("{name}-claim"),
+        uid: Uid::new(&format!("{name}-claim-uid")),
+        owner: Some(uid.clone()),
+        allocation: Some(vec![allocated("instance", vec![])]),
+        reserved_for: vec![Consumer::pod(name, uid)],
+    };
+    (p, c)
+}
+
+fn many_pods(second_namespace: &str) {
+    let (p1, c1) = pod_in(NS, "pod-1", "uid-1");
+    let (p2, c2) = pod_in(second_namespace, "pod-2", "uid-2");
+    let mut o = outcome(
+        &[],
+        &each(vec![
+            Ev::Rule(rule("rule", driver_selector(), no_execute())),
+            Ev::Claim(c1),
+            Ev::Pod(p1.clone()),
+            Ev::Claim(c2),
+            Ev::Pod(p2.clone()),
+        ]),
+    );
+    assert_eq!(o.pending.len(), 2);
+    let mut fired = run(&mut o.devices, later());
+    fired.sort();
+    let mut want = vec![(t0(), p1.key()), (t0(), p2.key())];
+    want.sort();
+    assert_eq!(fired, want);
+}
+
+#[test]
+fn evict_many_pods_many_namespaces() {
+    many_pods("other");
+}
+
+#[test]
+fn evict_many_pods_same_namespace() {
+    many_pods(NS);
+}
+
+fn two_claims_pod() -> (DevicePod, Claim, Claim) {
+    let mut p = pod();
+    p.claims = vec![
+        PodClaim::Named("claim-1".into()),
+        PodClaim::Named("claim-2".into()),
+    ];
+    let c1 = claim_of("claim-1", vec![allocated("instance", vec![])]);
+    let c2 = claim_of("claim-2", vec![allocated("instance-no-execute", vec![])]);
+    (p, c1, c2)
+}
+
+#[test]
+fn multiple_claims_same_rule() {
+    let (p, c1, c2) = two_claims_pod();
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Rule(rule("rule", driver_selector(), no_execute())),
+            Ev::Claim(c1),
+            Ev::Claim(c2),
+            Ev::Pod(p),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![rule_source("rule")]);
+}
+
+fn two_rules() -> (Rule, Rule) {
+    let r1 = rule("rule-1", device_selector("instance"), no_execute());
+    let mut t = no_execute();
+    t.time_added = Some(t0().plus_secs(40));
+    let r2 = rule("rule-2", device_selector("instance-no-execute"), t);
+    (r1, r2)
+}
+
+#[test]
+fn multiple_claims_different_rules_order_1() {
+    let (p, c1, c2) = two_claims_pod();
+    let (r1, r2) = two_rules();
+    let o = outcome(
+        &[],
+        &[vec![
+            Ev::Rule(r1),
+            Ev::Rule(r2),
+            Ev::Claim(c1),
+            Ev::Claim(c2),
+            Ev::Pod(p),
+        ]],
+    );
+    assert_evicted_at(o, t0(), vec![rule_source("rule-1"), rule_source("rule-2")]);
+}
+
+#[test]
+fn multiple_claims_different_rules_order_2() {
+    let (p, c1, c2) = two_claims_pod();
+    let (r1, r2) = two_rules();
+    let o = outcome(
+        &[],
+        &[vec![
+            Ev::Rule(r2),
+            Ev::Claim(c2),
+            Ev::Pod(p),
+            Ev::Rule(r1),
+            Ev::Claim(c1),
+        ]],
+    );
+    assert_evicted_at(o, t0(), vec![rule_source("rule-1"), rule_source("rule-2")]);
+}
+
+#[test]
+fn evict_pod_resourceclaim_again() {
+    let o = outcome(
+        &[
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(pod()),
+        ],
+        &[vec![Ev::DelSlice("my-slice"), Ev::Slice(slice_tainted())]],
+    );
+    assert_eq!(o.cancel_events, vec![key()], "cancelled in between");
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn evict_pod_after_scheduling() {
+    let mut unscheduled = pod();
+    unscheduled.node = None;
+    let o = outcome(
+        &[
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(unscheduled),
+        ],
+        &single(Ev::Pod(pod())),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn evict_pod_resourceclaim_unrelated_changes() {
+    let mut more = slice_tainted();
+    more.devices.push(device("other", vec![no_execute()]));
+    let o = outcome(
+        &[
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(pod()),
+        ],
+        &each(vec![Ev::Slice(more), Ev::Claim(claim()), Ev::Pod(pod())]),
+    );
+    assert_eq!(o.cancel_events, vec![]);
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+fn template_pod(status: Option<&str>) -> DevicePod {
+    let mut p = pod();
+    p.claims = vec![PodClaim::FromTemplate(status.map(str::to_owned))];
+    p
+}
+
+#[test]
+fn evict_pod_resourceclaimtemplate() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(template_pod(Some("my-claim"))),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn evict_pod_later() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists("", Some(3600))])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0().plus_secs(3600), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn evict_pod_later_many() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![
+                exists("other-key", Some(20)),
+                exists("", Some(60)),
+                exists("", Some(30)),
+            ])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0().plus_secs(30), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn evict_pod_toleration_mismatch() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists("other-key", None)])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn no_evict_pod_toleration_forever() {
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists("", None)])),
+            Ev::Pod(pod()),
+        ]),
+    ));
+}
+
+#[test]
+fn no_evict_pod_toleration_forever_many() {
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists("", Some(60)), exists("", None)])),
+            Ev::Pod(pod()),
+        ]),
+    ));
+}
+
+#[test]
+fn evict_pod_partial_toleration() {
+    let two = slice_named(
+        "my-slice",
+        1,
+        vec![
+            taint("key-1", "", "NoExecute"),
+            taint("key-2", "", "NoExecute"),
+        ],
+    );
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(two),
+            Ev::Claim(tolerating(vec![exists("key-1", None)])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 1)]);
+}
+
+#[test]
+fn evict_pod_many_taints() {
+    let two = slice_named(
+        "my-slice",
+        1,
+        vec![
+            taint("key-1", "", "NoExecute"),
+            taint("key-2", "", "NoExecute"),
+        ],
+    );
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Rule(rule(
+                "rule-1",
+                driver_selector(),
+                taint("key-1", "", "NoExecute"),
+            )),
+            Ev::Rule(rule(
+                "rule-2",
+                driver_selector(),
+                taint("key-2", "", "NoExecute"),
+            )),
+            Ev::Slice(two),
+            Ev::Claim(tolerating(vec![
+                exists("key-1", Some(60)),
+                exists("key-2", Some(30)),
+            ])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(
+        o,
+        t0().plus_secs(30),
+        vec![
+            rule_source("rule-1"),
+            rule_source("rule-2"),
+            slice_source("instance", 0),
+            slice_source("instance", 1),
+        ],
+    );
+}
+
+#[test]
+fn no_evict_pod_not_scheduled() {
+    let mut unscheduled = pod();
+    unscheduled.node = None;
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(unscheduled),
+        ]),
+    ));
+}
+
+#[test]
+fn no_evict_no_taint() {
+    assert_never(outcome(
+        &[],
+        &each(vec![Ev::Slice(slice()), Ev::Claim(claim()), Ev::Pod(pod())]),
+    ));
+}
+
+#[test]
+fn no_evict_no_taint_update() {
+    assert_never(outcome(
+        &[Ev::Slice(slice()), Ev::Claim(claim()), Ev::Pod(pod())],
+        &single(Ev::Slice(slice())),
+    ));
+}
+
+#[test]
+fn no_evict_pod_resourceclaimtemplate_no_status() {
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(template_pod(None)),
+        ]),
+    ));
+}
+
+#[test]
+fn no_evict_pod_resourceclaimtemplate_no_claim() {
+    // Upstream tells "no status entry" from "an entry without a name"; both are `None` here.
+    let mut p = template_pod(None);
+    p.claims
+        .push(PodClaim::FromTemplate(Some("not-there".into())));
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(p),
+        ]),
+    ));
+}
+
+#[test]
+fn no_evict_other_device() {
+    let mut renamed = slice_tainted();
+    for d in &mut renamed.devices {
+        d.name = format!("other-{}", d.name);
+    }
+    assert_never(outcome(
+        &[],
+        &each(vec![Ev::Slice(renamed), Ev::Claim(claim()), Ev::Pod(pod())]),
+    ));
+}
+
+#[test]
+fn no_evict_wrong_pod() {
+    let mut wrong = pod();
+    wrong.uid = Uid::new("other-uid");
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(wrong),
+        ]),
+    ));
+}
+
+#[test]
+fn evict_wrong_pod_replaced() {
+    let mut wrong = pod();
+    wrong.uid = Uid::new("other-uid");
+    let o = outcome(
+        &[
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(claim()),
+            Ev::Pod(wrong),
+        ],
+        &[vec![Ev::DelPod("my-pod"), Ev::Pod(pod())]],
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+fn pending_then(events: Vec<Vec<Ev>>, claim: Claim) -> Outcome {
+    outcome(
+        &[Ev::Slice(slice_tainted()), Ev::Claim(claim), Ev::Pod(pod())],
+        &events,
+    )
+}
+
+#[test]
+fn cancel_eviction_remove_taint() {
+    let o = pending_then(single(Ev::Slice(slice())), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
+}
+
+#[test]
+fn cancel_eviction_reduce_taint() {
+    let reduced = slice_named(
+        "my-slice",
+        1,
+        vec![taint("example.com/taint", "something", "NoSchedule")],
+    );
+    let o = pending_then(single(Ev::Slice(reduced)), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
+}
+
+#[test]
+fn ignore_none_effect() {
+    let none = slice_named(
+        "my-slice",
+        1,
+        vec![taint("example.com/taint", "something", "None")],
+    );
+    assert_never(outcome(
+        &[Ev::Slice(none), Ev::Claim(claim()), Ev::Pod(pod())],
+        &[],
+    ));
+}
+
+#[test]
+fn ignore_unknown_effect() {
+    let unknown = slice_named(
+        "my-slice",
+        1,
+        vec![taint("example.com/taint", "something", "SomeOtherEffect")],
+    );
+    assert_never(outcome(
+        &[Ev::Slice(unknown), Ev::Claim(claim()), Ev::Pod(pod())],
+        &[],
+    ));
+}
+
+#[test]
+fn eviction_change_taint() {
+    let tolerated = Toleration {
+        key: "example.com/taint".into(),
+        operator: Operator::Equal,
+        value: "something".into(),
+        effect: Some(TaintEffect::NoExecute),
+        toleration_seconds: Some(3600),
+    };
+    let changed = slice_named(
+        "my-slice",
+        1,
+        vec![taint("example.com/taint", "something-else", "NoExecute")],
+    );
+    let o = pending_then(single(Ev::Slice(changed)), tolerating(vec![tolerated]));
+    // Before the change the pod was due in an hour; now at once.
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn cancel_eviction_remove_taint_in_new_slice() {
+    let newer = slice_named("other-slice", 2, vec![]);
+    let o = pending_then(single(Ev::Slice(newer)), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
+}
+
+#[test]
+fn cancel_eviction_remove_slice() {
+    let o = pending_then(single(Ev::DelSlice("my-slice")), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
+}
+
+#[test]
+fn cancel_eviction_pod_deletion() {
+    let o = pending_then(
+        single(Ev::DelPod("my-pod")),
+        tolerating(vec![exists("", Some(60))]),
+    );
+    assert_eq!(o.cancel_events, vec![], "no event for a deleted pod");
+    assert_never(o);
+}
+
+#[test]
+fn no_evict_wrong_resourceclaim() {
+    let mut other = claim();
+    other.owner = Some(Uid::new("other-uid"));
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(other),
+            Ev::Pod(template_pod(Some("my-claim"))),
+        ]),
+    ));
+}
+
+#[test]
+fn evict_wrong_resourceclaim_replaced() {
+    let mut other = claim();
+    other.owner = Some(Uid::new("other-uid"));
+    other.uid = Uid::new("other-claim-uid");
+    let o = outcome(
+        &[
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(other),
+            Ev::Pod(template_pod(Some("my-claim"))),
+        ],
+        &[vec![Ev::DelClaim("my-claim"), Ev::Claim(claim())]],
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+#[test]
+fn no_evict_resourceclaim_deallocated() {
+    let mut deallocated = claim();
+    deallocated.allocation = None;
+    let o = pending_then(single(Ev::Claim(deallocated)), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
+}
+
+#[test]
+fn no_evict_resourceclaim_deleted() {
+    let o = pending_then(single(Ev::DelClaim("my-claim")), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
+}
+
+// Beyond upstream's table: the rules of §22.4 and §22.8 that no upstream case pins.
+
+/// §22.8, quirk 3: a toleration with an empty effect does not count against a device taint,
+/// although one with `NoExecute` does (the positive control).
+#[test]
+fn an_empty_effect_toleration_does_not_protect() {
+    let mut any_effect = exists("", None);
+    any_effect.effect = None;
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![any_effect])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+    assert_never(outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists("", None)])),
+            Ev::Pod(pod()),
+        ]),
+    ));
+}
+
+/// §22.4: a negative `tolerationSeconds` counts as 0.
+#[test]
+fn negative_toleration_seconds_count_as_zero() {
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![
+                exists("", Some(-10)),
+                exists("", Some(60)),
+            ])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
+}
+
+/// §22.4: unlike a node taint's deadline, a device eviction follows its taint: a rule whose
+/// `timeAdded` moves later moves the pending eviction later.
+#[test]
+fn a_device_eviction_moves_with_its_taint() {
+    let r = rule("rule", driver_selector(), no_execute());
+    let mut moved = r.clone();
+    moved.taint.time_added = Some(t0().plus_secs(100));
+    let mut o = outcome(
+        &[
+            Ev::Rule(r),
+            Ev::Claim(tolerating(vec![exists("", Some(60))])),
+            Ev::Pod(pod()),
+        ],
+        &single(Ev::Rule(moved)),
+    );
+    assert_eq!(
+        o.pending.first().map(|(_, e)| e.at),
+        Some(t0().plus_secs(160))
+    );
+    assert_eq!(
+        run(&mut o.devices, later()),
+        vec![(t0().plus_secs(160), key())]
+    );
+}
+
+/// §22.2 and §22.8, quirk 1: a claim reserved for two pods, the first gone, leaves the second
+/// undecided when the claim changes; the second is decided when it changes itself.
+#[test]
+fn a_claims_walk_stops_at_the_first_missing_pod() {
+    let gone = Consumer::pod("gone", Uid::new("gone-uid"));
+    let mut shared = tolerating(vec![exists("", Some(60))]);
+    shared.owner = None;
+    shared.reserved_for = vec![gone, Consumer::pod("my-pod", pod_uid())];
+    let mut d = Devices::new();
+    d.upsert_claim(shared);
+    d.upsert_pod(pod());
+    assert!(d.pending().is_empty(), "untainted");
+    d.upsert_slice(slice_tainted());
+    assert!(
+        d.pending().is_empty(),
+        "the walk stopped at `gone`, as upstream's"
+    );
+    let mut moved = pod();
+    moved.node = Some("elsewhere".into());
+    d.upsert_pod(moved);
+    assert_eq!(
+        d.pending().get(&key()).map(|e| e.at),
+        Some(t0().plus_secs(60)),
+        "decided once the pod itself changes"
+    );
+}
+
+/// A pod that was evicted is not due again while it exists, even when its taints change; once
+/// it is deleted, a pod under that name is decided afresh.
+#[test]
+fn an_evicted_pod_is_not_due_again() {
+    let mut o = pending_then(vec![], claim());
+    assert_eq!(run(&mut o.devices, later()), vec![(t0(), key())]);
+    let d = &mut o.devices;
+    d.upsert_slice(slice());
+    d.upsert_slice(slice_tainted());
+    assert!(d.pending().is_empty());
+    d.delete_pod(NS, "my-pod");
+    d.upsert_pod(pod());
+    assert_eq!(d.pending().get(&key()).map(|e| e.at), Some(t0()));
+}
