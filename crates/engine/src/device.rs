@@ -129,6 +129,8 @@ pub struct DevicePod {
     /// `spec.nodeName`; an unscheduled pod is never evicted.
     pub node: Option<String>,
     pub claims: Vec<PodClaim>,
+    /// It has a `deletionTimestamp`: a rule's status does not count it as pending.
+    pub deleting: bool,
 }
 
 impl DevicePod {
@@ -285,6 +287,8 @@ pub struct Devices {
     pending: BTreeMap<PodKey, DeviceEviction>,
     /// Pods already evicted, until they are deleted: they are not due again.
     fired: BTreeSet<PodKey>,
+    /// Pods evicted for each rule (by UID) since the start, for its status.
+    rule_evictions: BTreeMap<Uid, u64>,
     actions: VecDeque<DeviceAction>,
 }
 
@@ -326,8 +330,15 @@ impl Devices {
     }
 
     /// The pod was evicted: it is no longer pending and will not be due again while it exists.
+    /// Each rule among its reasons counts one more evicted pod (§22.7).
     pub fn evicted(&mut self, pod: &PodKey) {
-        self.pending.remove(pod);
+        if let Some(eviction) = self.pending.remove(pod) {
+            for reason in eviction.reasons {
+                if let TaintSource::Rule { uid, .. } = reason {
+                    *self.rule_evictions.entry(uid).or_default() += 1;
+                }
+            }
+        }
         self.fired.insert(pod.clone());
     }
 
@@ -413,9 +424,119 @@ impl Devices {
 
     /// A DeviceTaintRule was deleted.
     pub fn delete_rule(&mut self, name: &str) {
-        if self.rules.remove(name).is_some() {
+        if let Some(rule) = self.rules.remove(name) {
+            self.rule_evictions.remove(&rule.uid);
             self.redecide_all_claims();
         }
+    }
+
+    /// The `EvictionInProgress` condition upstream writes on the rule now (§22.7), or `None`
+    /// for a rule it does not know. When to write it (at most every 10 s, only if it changed)
+    /// is the driver's.
+    pub fn rule_condition(&self, name: &str) -> Option<RuleCondition> {
+        let rule = self.rules.get(name)?;
+        let evicted = self.rule_evictions.get(&rule.uid).copied().unwrap_or(0);
+        let (status, reason, mut message) = match &rule.taint.effect {
+            TaintEffect::NoExecute => {
+                let (pods, namespaces) = self.pending_for(&rule.uid);
+                if pods > 0 {
+                    let message = format!(
+                        "{} to be evicted in {}.",
+                        count(pods, "pod needs", "pods need"),
+                        in_namespaces(namespaces)
+                    );
+                    (true, "PodsPendingEviction", message)
+                } else if evicted > 0 {
+                    (false, "Completed", String::new())
+                } else {
+                    (false, "NotStarted", String::new())
+                }
+            }
+            TaintEffect::Other(effect) if &**effect == "None" => {
+                let mut simulation = self.clone();
+                let mut as_no_execute = rule.clone();
+                as_no_execute.taint.effect = TaintEffect::NoExecute;
+                simulation.upsert_rule(as_no_execute);
+                let (pods, namespaces) = simulation.pending_for(&rule.uid);
+                let (published, allocated) = self.selected_devices(rule);
+                let message = format!(
+                    "{} selected. {} selected. {} evicted in {} if the effect was NoExecute. \
+                     This information will not be updated again. Recreate the DeviceTaintRule \
+                     to trigger an update.",
+                    count(published, "published device", "published devices"),
+                    count(allocated, "allocated device", "allocated devices"),
+                    count(pods, "pod would be", "pods would be"),
+                    in_namespaces(namespaces)
+                );
+                (false, "NoEffect", message)
+            }
+            _ => (
+                false,
+                "OtherEffect",
+                "Eviction only happens for the NoExecute effect.".to_owned(),
+            ),
+        };
+        if evicted > 0 {
+            if !message.is_empty() {
+                message.push(' ');
+            }
+            message.push_str(&format!(
+                "{} since starting the controller.",
+                count(evicted, "pod evicted", "pods evicted")
+            ));
+        }
+        Some(RuleCondition {
+            status,
+            reason,
+            message,
+        })
+    }
+
+    /// Pods not being deleted whose devices make them due because of this rule, and their
+    /// namespaces.
+    fn pending_for(&self, rule: &Uid) -> (u64, u64) {
+        let mut pods = 0;
+        let mut namespaces = BTreeSet::new();
+        for pod in self.pods.values().filter(|p| !p.deleting) {
+            let hit = self.pod_eviction(pod).is_some_and(|e| {
+                e.reasons
+                    .iter()
+                    .any(|r| matches!(r, TaintSource::Rule { uid, .. } if uid == rule))
+            });
+            if hit {
+                pods += 1;
+                namespaces.insert(pod.namespace.as_str());
+            }
+        }
+        (pods, namespaces.len() as u64)
+    }
+
+    /// The devices of the current slices the rule selects, and the allocated ones.
+    fn selected_devices(&self, rule: &Rule) -> (u64, u64) {
+        let Some(selector) = &rule.selector else {
+            return (0, 0);
+        };
+        let mut published = 0;
+        for pool in self.pools.values() {
+            for slice in pool.current() {
+                for device in &slice.devices {
+                    let at = AllocatedDevice {
+                        driver: slice.driver.clone(),
+                        pool: slice.pool.clone(),
+                        device: device.name.clone(),
+                        tolerations: Vec::new(),
+                    };
+                    published += u64::from(selector.matches(&at));
+                }
+            }
+        }
+        let allocated = self
+            .claims
+            .values()
+            .flat_map(|c| c.claim.allocation.iter().flatten())
+            .filter(|d| selector.matches(d))
+            .count() as u64;
+        (published, allocated)
     }
 
     fn redecide_all_claims(&mut self) {
@@ -505,13 +626,20 @@ impl Devices {
     /// A pod was added or changed.
     pub fn upsert_pod(&mut self, pod: DevicePod) {
         let name = (pod.namespace.clone(), pod.name.clone());
-        match self.pods.get(&name) {
-            Some(old) if old.uid != pod.uid => self.delete_pod(&name.0, &name.1),
-            Some(old) if old.node == pod.node && old.claims == pod.claims => return,
-            _ => {}
-        }
+        let unchanged = match self.pods.get(&name) {
+            Some(old) if old.uid != pod.uid => {
+                self.delete_pod(&name.0, &name.1);
+                false
+            }
+            Some(old) => old.node == pod.node && old.claims == pod.claims,
+            None => false,
+        };
+        // Kept whatever changed (its deletion state counts for a rule's status); decided
+        // again only when its node or claims changed.
         self.pods.insert(name, pod.clone());
-        self.handle_pod(&pod);
+        if !unchanged {
+            self.handle_pod(&pod);
+        }
     }
 
     /// A pod was deleted: its eviction is dropped without an event.
@@ -648,6 +776,32 @@ impl Devices {
             at,
             reasons: reasons.into_iter().collect(),
         })
+    }
+}
+
+/// A DeviceTaintRule's `EvictionInProgress` condition, as upstream computes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleCondition {
+    /// `True` while pods are pending eviction for the rule.
+    pub status: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// `1 one` or `N many`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+fn in_namespaces(n: u64) -> String {
+    if n == 1 {
+        "1 namespace".to_owned()
+    } else {
+        format!("{n} different namespaces")
     }
 }
 
