@@ -1,0 +1,505 @@
+//! DRA objects cut to what device taint eviction reads (`docs/parity.md` §22), and turned into
+//! the engine's device observations (`noexecute_engine::device`): ResourceSlices and
+//! ResourceClaims (`resource.k8s.io/v1`), DeviceTaintRules (`v1beta2` in Kubernetes 1.36), and
+//! a pod's claim references.
+//!
+//! As in `slim`, everything else is skipped unread. Fields the API server always sets (a
+//! slice's driver, a taint's `timeAdded`) default to empty rather than fail the object: a
+//! missing `timeAdded` makes the engine ignore that taint, as it says.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as WireTime;
+use noexecute_engine::device::{
+    AllocatedDevice, Claim, Consumer, Device, DevicePod, PodClaim, Rule, Selector, Slice,
+};
+use noexecute_engine::{Operator, Taint, TaintEffect, Time, Toleration, Uid};
+use serde::Deserialize;
+
+/// The metadata these objects need: identity, and the controlling owner (a claim made from a
+/// template is the pod's).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Meta {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub generation: i64,
+    pub owner_references: Vec<OwnerReference>,
+    pub deletion_timestamp: Option<WireTime>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct OwnerReference {
+    pub uid: String,
+    pub controller: Option<bool>,
+}
+
+impl Meta {
+    fn uid(&self) -> Uid {
+        Uid::new(&self.uid)
+    }
+
+    fn controller(&self) -> Option<Uid> {
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| Uid::new(&o.uid))
+    }
+}
+
+/// A device taint (`resource.k8s.io` `DeviceTaint`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WireTaint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+    pub time_added: Option<WireTime>,
+}
+
+impl WireTaint {
+    fn taint(&self) -> Taint {
+        Taint {
+            key: self.key.clone(),
+            value: self.value.clone(),
+            effect: TaintEffect::parse(&self.effect),
+            time_added: self
+                .time_added
+                .as_ref()
+                .map(|t| Time::from_millis(t.0.as_millisecond())),
+        }
+    }
+}
+
+/// A device toleration (`DeviceToleration`), as copied into an allocation result.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WireToleration {
+    pub key: String,
+    pub operator: String,
+    pub value: String,
+    pub effect: String,
+    pub toleration_seconds: Option<i64>,
+}
+
+impl WireToleration {
+    /// Device tolerations know `Equal` (the default) and `Exists`; anything else matches
+    /// nothing, which the engine's `Operator::Other` does.
+    fn toleration(&self) -> Toleration {
+        let operator = match self.operator.as_str() {
+            "" | "Equal" => Operator::Equal,
+            "Exists" => Operator::Exists,
+            other => Operator::Other(other.into()),
+        };
+        Toleration {
+            key: self.key.clone(),
+            operator,
+            value: self.value.clone(),
+            effect: (!self.effect.is_empty()).then(|| TaintEffect::parse(&self.effect)),
+            toleration_seconds: self.toleration_seconds,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ResourceSlice {
+    pub metadata: Meta,
+    pub spec: SliceSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SliceSpec {
+    pub driver: String,
+    pub pool: PoolRef,
+    pub devices: Vec<WireDevice>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct PoolRef {
+    pub name: String,
+    pub generation: i64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct WireDevice {
+    pub name: String,
+    pub taints: Vec<WireTaint>,
+}
+
+impl ResourceSlice {
+    pub fn observe(&self) -> Slice {
+        Slice {
+            name: self.metadata.name.clone(),
+            driver: self.spec.driver.clone(),
+            pool: self.spec.pool.name.clone(),
+            generation: self.spec.pool.generation,
+            devices: self
+                .spec
+                .devices
+                .iter()
+                .map(|d| Device {
+                    name: d.name.clone(),
+                    taints: d.taints.iter().map(WireTaint::taint).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct DeviceTaintRule {
+    pub metadata: Meta,
+    pub spec: RuleSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RuleSpec {
+    pub device_selector: Option<WireSelector>,
+    pub taint: WireTaint,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct WireSelector {
+    pub driver: Option<String>,
+    pub pool: Option<String>,
+    pub device: Option<String>,
+}
+
+impl DeviceTaintRule {
+    pub fn observe(&self) -> Rule {
+        Rule {
+            name: self.metadata.name.clone(),
+            uid: self.metadata.uid(),
+            selector: self.spec.device_selector.as_ref().map(|s| Selector {
+                driver: s.driver.clone(),
+                pool: s.pool.clone(),
+                device: s.device.clone(),
+            }),
+            taint: self.spec.taint.taint(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ResourceClaim {
+    pub metadata: Meta,
+    pub status: ClaimStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClaimStatus {
+    pub allocation: Option<Allocation>,
+    pub reserved_for: Vec<ConsumerReference>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Allocation {
+    pub devices: DeviceAllocation,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct DeviceAllocation {
+    pub results: Vec<AllocationResult>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AllocationResult {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    pub tolerations: Vec<WireToleration>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConsumerReference {
+    pub api_group: String,
+    pub resource: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl ResourceClaim {
+    pub fn observe(&self) -> Claim {
+        Claim {
+            namespace: self.metadata.namespace.clone(),
+            name: self.metadata.name.clone(),
+            uid: self.metadata.uid(),
+            owner: self.metadata.controller(),
+            allocation: self.status.allocation.as_ref().map(|a| {
+                a.devices
+                    .results
+                    .iter()
+                    .map(|r| AllocatedDevice {
+                        driver: r.driver.clone(),
+                        pool: r.pool.clone(),
+                        device: r.device.clone(),
+                        tolerations: r
+                            .tolerations
+                            .iter()
+                            .map(WireToleration::toleration)
+                            .collect(),
+                    })
+                    .collect()
+            }),
+            reserved_for: self
+                .status
+                .reserved_for
+                .iter()
+                .map(|c| Consumer {
+                    api_group: c.api_group.clone(),
+                    resource: c.resource.clone(),
+                    name: c.name.clone(),
+                    uid: Uid::new(&c.uid),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A pod's DRA fields: its node, its claim references and where their generated claims are.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ClaimingPod {
+    pub metadata: Meta,
+    pub spec: ClaimingPodSpec,
+    pub status: ClaimingPodStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClaimingPodSpec {
+    pub node_name: Option<String>,
+    pub resource_claims: Vec<PodResourceClaim>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodResourceClaim {
+    pub name: String,
+    pub resource_claim_name: Option<String>,
+    pub resource_claim_template_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClaimingPodStatus {
+    pub resource_claim_statuses: Vec<PodResourceClaimStatus>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodResourceClaimStatus {
+    pub name: String,
+    pub resource_claim_name: Option<String>,
+}
+
+impl ClaimingPod {
+    /// Upstream's `resourceclaim.Name` for each entry (`docs/parity.md` §22.2). An entry with
+    /// neither a claim nor a template names nothing, like one whose claim is not made yet.
+    pub fn observe(&self) -> DevicePod {
+        let claims = self
+            .spec
+            .resource_claims
+            .iter()
+            .map(
+                |c| match (&c.resource_claim_name, &c.resource_claim_template_name) {
+                    (Some(name), _) => PodClaim::Named(name.clone()),
+                    (None, Some(_)) => PodClaim::FromTemplate(
+                        self.status
+                            .resource_claim_statuses
+                            .iter()
+                            .find(|s| s.name == c.name)
+                            .and_then(|s| s.resource_claim_name.clone()),
+                    ),
+                    (None, None) => PodClaim::FromTemplate(None),
+                },
+            )
+            .collect();
+        DevicePod {
+            namespace: self.metadata.namespace.clone(),
+            name: self.metadata.name.clone(),
+            uid: self.metadata.uid(),
+            node: self.spec.node_name.clone().filter(|n| !n.is_empty()),
+            claims,
+            deleting: self.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    fn t0() -> Time {
+        // 2026-01-02T03:04:05Z
+        Time::from_secs(1_767_323_045)
+    }
+
+    #[test]
+    fn a_slice_keeps_its_pool_generation_devices_and_taints() -> R {
+        let slice: ResourceSlice = serde_json::from_str(
+            r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice",
+                "metadata":{"name":"node-1-gpu","uid":"u1","managedFields":[{"manager":"x"}]},
+                "spec":{"driver":"gpu.example.com","nodeName":"node-1",
+                  "pool":{"name":"node-1","generation":3,"resourceSliceCount":1},
+                  "devices":[
+                    {"name":"gpu-0","attributes":{"model":{"string":"x"}},
+                     "taints":[{"key":"health","value":"bad","effect":"NoExecute",
+                                "timeAdded":"2026-01-02T03:04:05Z"},
+                               {"key":"maint","effect":"None","timeAdded":"2026-01-02T03:04:05Z"}]},
+                    {"name":"gpu-1"}]}}"#,
+        )?;
+        let mut bad = Taint::new("health", "bad", TaintEffect::NoExecute);
+        bad.time_added = Some(t0());
+        let mut none = Taint::new("maint", "", TaintEffect::parse("None"));
+        none.time_added = Some(t0());
+        assert_eq!(
+            slice.observe(),
+            Slice {
+                name: "node-1-gpu".into(),
+                driver: "gpu.example.com".into(),
+                pool: "node-1".into(),
+                generation: 3,
+                devices: vec![
+                    Device {
+                        name: "gpu-0".into(),
+                        taints: vec![bad, none],
+                    },
+                    Device {
+                        name: "gpu-1".into(),
+                        taints: vec![],
+                    },
+                ],
+            }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_claim_keeps_its_controller_allocation_tolerations_and_consumers() -> R {
+        let claim: ResourceClaim = serde_json::from_str(
+            r#"{"metadata":{"name":"pod-gpu-abc","namespace":"ml","uid":"c1",
+                  "ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"other","uid":"p0"},
+                                     {"apiVersion":"v1","kind":"Pod","name":"pod","uid":"p1",
+                                      "controller":true,"blockOwnerDeletion":true}]},
+                "spec":{"devices":{"requests":[{"name":"gpu"}]}},
+                "status":{"allocation":{"devices":{"results":[
+                    {"request":"gpu","driver":"gpu.example.com","pool":"node-1","device":"gpu-0",
+                     "tolerations":[{"key":"health","operator":"Exists","effect":"NoExecute",
+                                     "tolerationSeconds":30},
+                                    {"key":"maint","value":"x"}]}]},
+                  "nodeSelector":{}},
+                  "reservedFor":[{"resource":"pods","name":"pod","uid":"p1"}]}}"#,
+        )?;
+        let observed = claim.observe();
+        assert_eq!(observed.owner, Some(Uid::new("p1")), "the controller");
+        assert_eq!(
+            observed.reserved_for,
+            vec![Consumer::pod("pod", Uid::new("p1"))]
+        );
+        let devices = observed.allocation.ok_or("allocated")?;
+        assert_eq!(devices.len(), 1);
+        assert_eq!(
+            (
+                devices[0].driver.as_str(),
+                devices[0].pool.as_str(),
+                devices[0].device.as_str()
+            ),
+            ("gpu.example.com", "node-1", "gpu-0")
+        );
+        assert_eq!(
+            devices[0].tolerations,
+            vec![
+                Toleration::exists("health", Some(TaintEffect::NoExecute)).for_seconds(30),
+                Toleration::equal("maint", "x", None),
+            ]
+        );
+        let unallocated: ResourceClaim =
+            serde_json::from_str(r#"{"metadata":{"name":"c","namespace":"ml","uid":"c2"}}"#)?;
+        assert_eq!(unallocated.observe().allocation, None);
+        assert_eq!(unallocated.observe().owner, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_rule_keeps_its_selector_and_taint() -> R {
+        let rule: DeviceTaintRule = serde_json::from_str(
+            r#"{"apiVersion":"resource.k8s.io/v1beta2","kind":"DeviceTaintRule",
+                "metadata":{"name":"drain-node-1","uid":"r1","generation":2},
+                "spec":{"deviceSelector":{"driver":"gpu.example.com","pool":"node-1"},
+                        "taint":{"key":"drain","effect":"NoExecute",
+                                 "timeAdded":"2026-01-02T03:04:05Z"}},
+                "status":{"conditions":[]}}"#,
+        )?;
+        let observed = rule.observe();
+        assert_eq!(
+            observed.selector,
+            Some(Selector {
+                driver: Some("gpu.example.com".into()),
+                pool: Some("node-1".into()),
+                device: None,
+            })
+        );
+        assert_eq!(observed.taint.effect, TaintEffect::NoExecute);
+        assert_eq!(observed.taint.time_added, Some(t0()));
+        let open: DeviceTaintRule =
+            serde_json::from_str(r#"{"metadata":{"name":"r"},"spec":{"taint":{"key":"k"}}}"#)?;
+        assert_eq!(open.observe().selector, None, "no selector selects nothing");
+        Ok(())
+    }
+
+    #[test]
+    fn a_pods_claims_resolve_as_upstreams_resourceclaim_name() -> R {
+        let pod: ClaimingPod = serde_json::from_str(
+            r#"{"metadata":{"name":"pod","namespace":"ml","uid":"p1",
+                            "deletionTimestamp":"2026-01-02T03:04:05Z"},
+                "spec":{"nodeName":"node-1","containers":[{"name":"c","image":"i"}],
+                  "resourceClaims":[{"name":"shared","resourceClaimName":"fleet-gpu"},
+                                    {"name":"gpu","resourceClaimTemplateName":"one-gpu"},
+                                    {"name":"pending","resourceClaimTemplateName":"one-gpu"},
+                                    {"name":"skipped","resourceClaimTemplateName":"one-gpu"}]},
+                "status":{"phase":"Running","resourceClaimStatuses":[
+                    {"name":"gpu","resourceClaimName":"pod-gpu-abc"},
+                    {"name":"skipped"}]}}"#,
+        )?;
+        let observed = pod.observe();
+        assert_eq!(
+            observed.claims,
+            vec![
+                PodClaim::Named("fleet-gpu".into()),
+                PodClaim::FromTemplate(Some("pod-gpu-abc".into())),
+                PodClaim::FromTemplate(None),
+                PodClaim::FromTemplate(None),
+            ]
+        );
+        assert_eq!(observed.node.as_deref(), Some("node-1"));
+        assert!(observed.deleting);
+        let unscheduled: ClaimingPod =
+            serde_json::from_str(r#"{"metadata":{"name":"p"},"spec":{"nodeName":""}}"#)?;
+        assert_eq!(unscheduled.observe().node, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_malformed_time_added_is_an_error_not_a_guess() {
+        let err = serde_json::from_str::<DeviceTaintRule>(
+            r#"{"metadata":{"name":"r"},"spec":{"taint":{"key":"k","timeAdded":"yesterday"}}}"#,
+        );
+        assert!(err.is_err(), "{err:?}");
+    }
+}
