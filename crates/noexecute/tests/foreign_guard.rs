@@ -49,7 +49,10 @@ async fn upstreams_evictions_are_noticed_within_seconds_and_refused() -> Result<
     );
     // Marks dated within 3 s of taking the Lease are taken for the previous leader's (a
     // documented window, `controller/foreign.rs`): upstream's eviction must come after it.
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // Upstream's Event times are whole seconds (up to 1 s earlier than the eviction), so wait
+    // out the window plus that second: with 3.5 s, an eviction at .97 s past a second was
+    // dated 2.9 s after the Lease and taken for the previous leader's (a CI failure).
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
 
     let node = ns.create_node("n", vec![]).await?;
     for i in 0..5 {
