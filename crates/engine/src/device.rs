@@ -16,7 +16,7 @@ use std::fmt;
 use crate::observe::Uid;
 use crate::taint::{Taint, TaintEffect};
 use crate::time::Time;
-use crate::toleration::Toleration;
+use crate::toleration::{MAX_TOLERATION_SECONDS, Toleration};
 
 /// A device in a ResourceSlice, with its taints (all effects: only `NoExecute` evicts).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -342,6 +342,13 @@ impl Devices {
         self.fired.insert(pod.clone());
     }
 
+    /// The eviction found the pod gone (404, or another pod under its name): as
+    /// [`Devices::evicted`], but no rule counts it (§22.5).
+    pub fn gone(&mut self, pod: &PodKey) {
+        self.pending.remove(pod);
+        self.fired.insert(pod.clone());
+    }
+
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, slice: Slice) {
         let id = (slice.driver.clone(), slice.pool.clone());
@@ -656,17 +663,14 @@ impl Devices {
         }
     }
 
-    /// Upstream's `handlePods`: the claim's pod consumers, in order, up to the first that is
-    /// missing or another instance (`docs/parity.md` §22.8, quirk 1).
+    /// Upstream's `handlePods`: the claim's pod consumers that exist as that instance
+    /// (`docs/parity.md` §22.2).
     fn handle_pods(&mut self, claim: &Claim) {
         for consumer in claim.reserved_for.iter().filter(|c| c.is_pod()) {
             let name = (claim.namespace.clone(), consumer.name.clone());
-            let Some(pod) = self.pods.get(&name) else {
-                return;
+            let Some(pod) = self.pods.get(&name).filter(|p| p.uid == consumer.uid) else {
+                continue;
             };
-            if pod.uid != consumer.uid {
-                return;
-            }
             let pod = pod.clone();
             self.handle_pod(&pod);
         }
@@ -807,7 +811,8 @@ fn in_namespaces(n: u64) -> String {
 
 /// One `NoExecute` taint against a device's tolerations (`docs/parity.md` §22.4): `None` when
 /// it is tolerated forever, else `timeAdded` plus the smallest matching `tolerationSeconds`
-/// (negatives count as 0). A taint without `timeAdded` (the API server always sets one) is
+/// (negatives count as 0). Seconds above [`MAX_TOLERATION_SECONDS`] count as forever
+/// (`docs/deviations.md` #21). A taint without `timeAdded` (the API server always sets one) is
 /// ignored.
 pub fn taint_time(taint: &Taint, tolerations: &[Toleration]) -> Option<Time> {
     let added = taint.time_added?;
@@ -817,7 +822,10 @@ pub fn taint_time(taint: &Taint, tolerations: &[Toleration]) -> Option<Time> {
         {
             continue;
         }
-        let s = toleration.toleration_seconds?.max(0);
+        let s = toleration
+            .toleration_seconds
+            .filter(|s| *s <= MAX_TOLERATION_SECONDS)?
+            .max(0);
         seconds = Some(seconds.map_or(s, |m| m.min(s)));
     }
     Some(seconds.map_or(added, |s| added.plus_secs(s)))

@@ -313,24 +313,73 @@ fn empty() {
     assert_never(outcome(&[], &[]));
 }
 
-#[test]
-fn populate_pools() {
-    let mut other = slice_tainted();
-    other.name = "other-slice".into();
-    other.pool = "other".into();
-    assert_never(outcome(
-        &[],
-        &each(vec![Ev::Slice(slice()), Ev::Slice(other)]),
-    ));
+/// Upstream's `slice2`: `slice` in another pool, one generation on.
+fn slice2() -> Slice {
+    let mut s = slice();
+    s.name = "my-slice-2".into();
+    s.pool = "worker-2".into();
+    s.generation = 2;
+    s
 }
 
+/// A claim on `instance-no-execute` of pool `worker-2` (tainted `NoExecute` in `slice2`).
+fn claim_in_slice2() -> Claim {
+    let mut device = allocated("instance-no-execute", vec![]);
+    device.pool = "worker-2".into();
+    claim_of("my-claim", vec![device])
+}
+
+/// Upstream checks only the pools it keeps; here the pools show through a pod on `slice2`'s
+/// tainted device and a `None` rule's count of published devices.
+#[test]
+fn populate_pools() {
+    let o = outcome(
+        &[Ev::Claim(claim_in_slice2()), Ev::Pod(pod())],
+        &each(vec![Ev::Slice(slice()), Ev::Slice(slice2())]),
+    );
+    let mut d = o.devices.clone();
+    d.upsert_rule(none_rule());
+    assert!(
+        d.rule_condition("rule-none")
+            .is_some_and(|c| c.message.starts_with("6 published devices selected.")),
+        "{:?}",
+        d.rule_condition("rule-none")
+    );
+    let mut source = slice_source("instance-no-execute", 1);
+    if let TaintSource::Slice { pool, slice, .. } = &mut source {
+        *pool = "worker-2".into();
+        *slice = "my-slice-2".into();
+    }
+    assert_evicted_at(o, t0(), vec![source]);
+}
+
+/// Upstream's case, with a pod whose device loses its taint (`sliceUntainted`) and a `None`
+/// rule that counts the published devices once `slice2` is gone.
 #[test]
 fn update_pools() {
-    let mut other = slice_tainted();
-    other.name = "other-slice".into();
+    let mut untainted = slice();
+    untainted.devices[1].taints.clear();
+    untainted.devices[2].taints.clear();
     let o = outcome(
-        &[Ev::Slice(slice_tainted()), Ev::Slice(other)],
-        &each(vec![Ev::Slice(slice()), Ev::DelSlice("other-slice")]),
+        &[
+            Ev::Slice(slice()),
+            Ev::Slice(slice2()),
+            Ev::Claim(claim_of(
+                "my-claim",
+                vec![allocated("instance-no-execute", vec![])],
+            )),
+            Ev::Pod(pod()),
+        ],
+        &each(vec![Ev::Slice(untainted), Ev::DelSlice("my-slice-2")]),
+    );
+    assert_eq!(o.cancel_events, vec![key()], "the taint went away");
+    let mut d = o.devices.clone();
+    d.upsert_rule(none_rule());
+    assert!(
+        d.rule_condition("rule-none")
+            .is_some_and(|c| c.message.starts_with("3 published devices selected.")),
+        "{:?}",
+        d.rule_condition("rule-none")
     );
     assert_never(o);
 }
@@ -853,12 +902,30 @@ fn no_evict_no_taint() {
     ));
 }
 
+/// Upstream's `simpleSlice`: one untainted `instance`.
+fn simple_slice() -> Slice {
+    let mut s = slice();
+    s.devices.truncate(1);
+    s
+}
+
 #[test]
 fn no_evict_no_taint_update() {
-    assert_never(outcome(
-        &[Ev::Slice(slice()), Ev::Claim(claim()), Ev::Pod(pod())],
-        &single(Ev::Slice(slice())),
-    ));
+    let o = outcome(
+        &[
+            Ev::Slice(simple_slice()),
+            Ev::Claim(claim()),
+            Ev::Pod(pod()),
+        ],
+        &single(Ev::Slice(simple_slice())),
+    );
+    // The positive control: the same state, then the device tainted, evicts at once.
+    let mut tainted = o.devices.clone();
+    let mut s = simple_slice();
+    s.devices[0].taints.push(no_execute());
+    tainted.upsert_slice(s);
+    assert_eq!(run(&mut tainted, later()), vec![(t0(), key())]);
+    assert_never(o);
 }
 
 #[test]
@@ -875,10 +942,9 @@ fn no_evict_pod_resourceclaimtemplate_no_status() {
 
 #[test]
 fn no_evict_pod_resourceclaimtemplate_no_claim() {
-    // Upstream tells "no status entry" from "an entry without a name"; both are `None` here.
-    let mut p = template_pod(None);
-    p.claims
-        .push(PodClaim::FromTemplate(Some("not-there".into())));
+    // A status entry without a claim name: `adapters::device` reads it, like a missing entry,
+    // as `FromTemplate(None)` (its tests pin that).
+    let p = template_pod(None);
     assert_never(outcome(
         &[],
         &each(vec![
@@ -996,15 +1062,30 @@ fn eviction_change_taint() {
         1,
         vec![taint("example.com/taint", "something-else", "NoExecute")],
     );
+    let before = pending_then(vec![], tolerating(vec![tolerated.clone()]));
+    assert_eq!(
+        before.pending,
+        vec![(
+            key(),
+            DeviceEviction {
+                at: t0().plus_secs(3600),
+                reasons: vec![slice_source("instance", 0)]
+            }
+        )],
+        "tolerated for an hour before the change"
+    );
     let o = pending_then(single(Ev::Slice(changed)), tolerating(vec![tolerated]));
-    // Before the change the pod was due in an hour; now at once.
     assert_evicted_at(o, t0(), vec![slice_source("instance", 0)]);
 }
 
 #[test]
 fn cancel_eviction_remove_taint_in_new_slice() {
-    let newer = slice_named("other-slice", 2, vec![]);
-    let o = pending_then(single(Ev::Slice(newer)), claim());
+    // Upstream's `sliceReplaced`: the device moves to a newer slice, untainted.
+    let newer = slice_named("my-slice-updated", 2, vec![]);
+    let o = pending_then(
+        each(vec![Ev::DelSlice("my-slice"), Ev::Slice(newer)]),
+        claim(),
+    );
     assert_eq!(o.cancel_events, vec![key()]);
     assert_never(o);
 }
@@ -1141,10 +1222,10 @@ fn a_device_eviction_moves_with_its_taint() {
     );
 }
 
-/// §22.2 and §22.8, quirk 1: a claim reserved for two pods, the first gone, leaves the second
-/// undecided when the claim changes; the second is decided when it changes itself.
+/// §22.2: a claim reserved for two pods, the first gone: v1.36.3's walk skips the missing pod
+/// and decides the second when the claim's time changes.
 #[test]
-fn a_claims_walk_stops_at_the_first_missing_pod() {
+fn a_claims_walk_skips_a_missing_pod() {
     let gone = Consumer::pod("gone", Uid::new("gone-uid"));
     let mut shared = tolerating(vec![exists("", Some(60))]);
     shared.owner = None;
@@ -1154,17 +1235,72 @@ fn a_claims_walk_stops_at_the_first_missing_pod() {
     d.upsert_pod(pod());
     assert!(d.pending().is_empty(), "untainted");
     d.upsert_slice(slice_tainted());
-    assert!(
-        d.pending().is_empty(),
-        "the walk stopped at `gone`, as upstream's"
-    );
-    let mut moved = pod();
-    moved.node = Some("elsewhere".into());
-    d.upsert_pod(moved);
     assert_eq!(
         d.pending().get(&key()).map(|e| e.at),
         Some(t0().plus_secs(60)),
-        "decided once the pod itself changes"
+        "decided past the missing pod"
+    );
+}
+
+/// §22.5: an eviction that finds the pod gone (404, or another pod under the name) is not
+/// counted for its rules, and the pod is not due again.
+#[test]
+fn a_pod_found_gone_is_not_counted_for_its_rules() {
+    let r = rule("rule", driver_selector(), no_execute());
+    let mut o = outcome(
+        &[],
+        &each(vec![Ev::Rule(r), Ev::Claim(claim()), Ev::Pod(pod())]),
+    );
+    assert_eq!(o.devices.due(t0()), vec![key()]);
+    // The positive control: an eviction that deleted the pod counts.
+    let mut deleted = o.devices.clone();
+    deleted.evicted(&key());
+    deleted.delete_pod(NS, "my-pod");
+    assert_eq!(
+        deleted.rule_condition("rule"),
+        condition(
+            false,
+            "Completed",
+            "1 pod evicted since starting the controller."
+        )
+    );
+    let d = &mut o.devices;
+    d.gone(&key());
+    assert_eq!(d.due(later()), vec![], "not due again");
+    assert_eq!(d.drain_actions(), vec![], "nothing to cancel");
+    d.delete_pod(NS, "my-pod");
+    assert_eq!(d.rule_condition("rule"), condition(false, "NotStarted", ""));
+}
+
+/// `docs/deviations.md` #21: a `tolerationSeconds` too large for Go's `Duration` wraps upstream
+/// (it can evict at once); here it tolerates forever, as for node taints (#7). The largest
+/// value that fits is honoured as a number.
+#[test]
+fn a_toleration_too_long_for_a_duration_tolerates_forever() {
+    use noexecute_engine::toleration::MAX_TOLERATION_SECONDS;
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists(
+                "",
+                Some(MAX_TOLERATION_SECONDS + 1),
+            )])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_never(o);
+    let o = outcome(
+        &[],
+        &each(vec![
+            Ev::Slice(slice_tainted()),
+            Ev::Claim(tolerating(vec![exists("", Some(MAX_TOLERATION_SECONDS))])),
+            Ev::Pod(pod()),
+        ]),
+    );
+    assert_eq!(
+        o.pending.first().map(|(_, e)| e.at),
+        Some(t0().plus_secs(MAX_TOLERATION_SECONDS))
     );
 }
 
@@ -1178,6 +1314,11 @@ fn an_evicted_pod_is_not_due_again() {
     d.upsert_slice(slice());
     d.upsert_slice(slice_tainted());
     assert!(d.pending().is_empty());
+    // docs/deviations.md #22: upstream would record "Cancelling deletion" for the pod it has
+    // already deleted, here, had its entry come back meanwhile.
+    d.upsert_slice(slice());
+    assert_eq!(d.drain_actions(), vec![], "no action for an evicted pod");
+    d.upsert_slice(slice_tainted());
     d.delete_pod(NS, "my-pod");
     d.upsert_pod(pod());
     assert_eq!(d.pending().get(&key()).map(|e| e.at), Some(t0()));
@@ -1320,4 +1461,15 @@ fn a_previews_published_devices_are_the_newest_generations() {
             )
         )
     );
+}
+
+/// `docs/deviations.md` #23: a slice updated into another pool leaves the old one (upstream
+/// keeps a stale copy there, whose taint goes on evicting).
+#[test]
+fn a_slice_that_changes_pools_leaves_the_old_one() {
+    let mut moved = slice_tainted();
+    moved.pool = "worker-2".into();
+    let o = pending_then(single(Ev::Slice(moved)), claim());
+    assert_eq!(o.cancel_events, vec![key()]);
+    assert_never(o);
 }
