@@ -312,6 +312,31 @@ impl Devices {
         &self.pending
     }
 
+    /// The pod the core knows under that name.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&DevicePod> {
+        self.pods.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// Every pod known, by (namespace, name).
+    pub fn pod_names(&self) -> impl Iterator<Item = &(String, String)> {
+        self.pods.keys()
+    }
+
+    /// Every ResourceSlice known, by name.
+    pub fn slice_names(&self) -> impl Iterator<Item = &String> {
+        self.slice_pool.keys()
+    }
+
+    /// Every ResourceClaim known, by (namespace, name).
+    pub fn claim_names(&self) -> impl Iterator<Item = &(String, String)> {
+        self.claims.keys()
+    }
+
+    /// Every DeviceTaintRule known, by name.
+    pub fn rule_names(&self) -> impl Iterator<Item = &String> {
+        self.rules.keys()
+    }
+
     /// The earliest pending time.
     pub fn next_due(&self) -> Option<Time> {
         self.pending.values().map(|e| e.at).min()

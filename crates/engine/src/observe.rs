@@ -128,6 +128,9 @@ pub struct PodObservation {
     /// `metadata.generation` (0 when unknown): the executor writes it as the condition's
     /// `observedGeneration`, as upstream does.
     pub generation: i64,
+    /// `spec.resourceClaims`, resolved as upstream's `resourceclaim.Name` does (device taints;
+    /// not kept by the engine).
+    pub claims: Vec<crate::device::PodClaim>,
 }
 
 impl PodObservation {
@@ -142,11 +145,17 @@ impl PodObservation {
             terminating: false,
             excluded: false,
             generation: 0,
+            claims: Vec::new(),
         }
     }
 
     pub fn with_tolerations(mut self, tolerations: Vec<Toleration>) -> Self {
         self.tolerations = tolerations;
+        self
+    }
+
+    pub fn with_claims(mut self, claims: Vec<crate::device::PodClaim>) -> Self {
+        self.claims = claims;
         self
     }
 }

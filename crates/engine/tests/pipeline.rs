@@ -483,6 +483,9 @@ fn listing(what: Watched) -> usize {
     match what {
         Watched::Nodes => 0,
         Watched::Pods => 1,
+        Watched::Slices | Watched::Claims | Watched::Rules => {
+            unreachable!("this harness has no device objects")
+        }
     }
 }
 
@@ -721,6 +724,9 @@ impl Harness {
                     self.deliver_pod(pod)?;
                 }
             }
+            Watched::Slices | Watched::Claims | Watched::Rules => {
+                unreachable!("this harness has no device objects")
+            }
         }
         Ok(())
     }
@@ -742,6 +748,9 @@ impl Harness {
             Watched::Pods => {
                 self.pods.retain(|p, _| listed.contains(p));
                 self.lag_pods.retain(|p| listed.contains(p));
+            }
+            Watched::Slices | Watched::Claims | Watched::Rules => {
+                unreachable!("this harness has no device objects")
             }
         }
         self.p.listing_done(what, self.now);

@@ -134,6 +134,7 @@ fn attempt(plan: Plan, term: u64) -> Attempt {
         due_at: Time::from_millis(0),
         generation: 2,
         cause: None,
+        device: None,
         plan,
         term,
         announce: None,

@@ -567,6 +567,7 @@ async fn the_stale_cache_guard_drops_evictions_the_fresh_node_does_not_justify()
             due_at: Time::from_millis(0),
             generation: 0,
             cause: None,
+            device: None,
             plan: Plan::ReadFirst {
                 guard: Some(StaleGuard::new(noexecute_engine::Config::default())),
                 finish: Finish::Delete { fallback: false },

@@ -729,6 +729,7 @@ fn attempt(
         due_at: Time::from_millis(0),
         generation: pod.metadata.generation.unwrap_or(1),
         cause: None,
+        device: None,
         plan,
         term: 1,
         announce: None,

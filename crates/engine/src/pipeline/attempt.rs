@@ -162,6 +162,9 @@ pub struct Attempt {
     pub generation: i64,
     /// Why it is evicted, as decided.
     pub cause: Option<Cause>,
+    /// A device eviction (`docs/parity.md` §22): the taints behind it. The condition's reason
+    /// is then `DeletionByDeviceTaintManager`.
+    pub device: Option<crate::device::DeviceEviction>,
     pub plan: Plan,
     /// The term of leadership it was started in: it may write only while that term lasts.
     pub term: u64,

@@ -44,6 +44,7 @@
 
 mod attempt;
 mod countdown;
+mod devices;
 mod foreign;
 mod queue;
 
@@ -56,13 +57,16 @@ pub use attempt::{
     Plan, StaleGuard,
 };
 pub use countdown::{Countdown, Countdowns, Held};
+pub use devices::is_device;
 pub use foreign::{DEPARTED_MAX, DEPARTED_MS, ForeignSign, HANDOVER_MS, SignKind};
 
 use crate::action::{Action, Cause, PodRef, SkipReason, UpstreamEvent};
+use crate::device::{self, Claim, DeviceAction, DeviceEviction, DevicePod, Devices, Rule, Slice};
 use crate::engine::{Config, Engine, PodView, Stage};
 use crate::observe::{EvictionId, NodeObservation, Outcome, PodObservation, Report, Uid};
 use crate::pace::{BrakeChange, PaceConfig, Pacer};
 use crate::time::Time;
+use devices::DeviceEvictions;
 use foreign::{Finding, Guard};
 use queue::{Place, Queue};
 
@@ -98,6 +102,9 @@ pub struct PipelineConfig {
     /// noexecute, or back), start each eviction this long after it fell due, reading the pod
     /// first, so that whichever controller still runs evicts it, and only once.
     pub handover: Option<Duration>,
+    /// `--device-taints`: evict for DRA device taints too (`docs/parity.md` §22). Acting then
+    /// waits for the slice, claim and rule listings as well.
+    pub device_taints: bool,
 }
 
 impl Default for PipelineConfig {
@@ -117,6 +124,7 @@ impl Default for PipelineConfig {
             lease: None,
             refuse_if_foreign: false,
             handover: None,
+            device_taints: false,
         }
     }
 }
@@ -182,7 +190,7 @@ pub enum Effect {
     /// Evictions decided while not acting are acted on now.
     Unparked { count: usize },
     /// A listing finished: (objects removed because the listing no longer had them).
-    Synced { nodes: bool, removed: usize },
+    Synced { what: Watched, removed: usize },
     /// The term ended at its deadline without being renewed: acting stopped.
     TermExpired { term: u64 },
     /// Another taint eviction controller was seen evicting `pod`. `first`: the first time
@@ -193,6 +201,9 @@ pub enum Effect {
         first: bool,
         refusing: bool,
     },
+    /// The device core decided this (logs and timelines): a pod is due at a time because of
+    /// its devices, or no longer is.
+    Device(DeviceAction),
 }
 
 /// Which watch a listing belongs to.
@@ -200,6 +211,22 @@ pub enum Effect {
 pub enum Watched {
     Nodes,
     Pods,
+    /// ResourceSlices, ResourceClaims, DeviceTaintRules (with `device_taints`).
+    Slices,
+    Claims,
+    Rules,
+}
+
+impl Watched {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Watched::Nodes => "nodes",
+            Watched::Pods => "pods",
+            Watched::Slices => "resourceslices",
+            Watched::Claims => "resourceclaims",
+            Watched::Rules => "devicetaintrules",
+        }
+    }
 }
 
 /// Where a due eviction waits in the pipeline.
@@ -225,6 +252,8 @@ struct Entry {
     pod: PodRef,
     deadline: Time,
     cause: Option<Cause>,
+    /// A device eviction: the taints behind it (`cause` is `None`).
+    device: Option<DeviceEviction>,
     /// Decided at once on a pod event (or after a stale answer): the stale-cache guard applies.
     guarded: bool,
     /// Upstream's "Marking for deletion" event: every attempt carries it until one has
@@ -288,6 +317,11 @@ pub struct Pipeline {
     guard: Guard,
     nodes: Listing<String>,
     pods: Listing<(String, String)>,
+    /// Device taints: the core and its evictions until they are due.
+    devices: DeviceEvictions,
+    slices: Listing<String>,
+    claims: Listing<(String, String)>,
+    rules: Listing<String>,
     brake_announced: bool,
     /// The brake may hold more than before (it engaged, or a node lost its release): take
     /// back what it holds at the next settle.
@@ -319,6 +353,10 @@ impl Pipeline {
             guard: Guard::default(),
             nodes: Listing::default(),
             pods: Listing::default(),
+            devices: DeviceEvictions::default(),
+            slices: Listing::default(),
+            claims: Listing::default(),
+            rules: Listing::default(),
             brake_announced: false,
             rebrake: false,
             rng: config.seed,
@@ -334,6 +372,9 @@ impl Pipeline {
         let mut p = Pipeline::new(config);
         p.nodes.done_once = true;
         p.pods.done_once = true;
+        p.slices.done_once = true;
+        p.claims.done_once = true;
+        p.rules.done_once = true;
         p.set_term(
             Some(Term {
                 id: 1,
@@ -351,9 +392,18 @@ impl Pipeline {
         &self.config
     }
 
-    /// Both watches have completed a listing.
+    /// Every watch has completed a listing (with `device_taints`, the slices, claims and
+    /// rules too).
     pub fn synced(&self) -> bool {
-        self.nodes.done_once && self.pods.done_once
+        self.nodes.done_once
+            && self.pods.done_once
+            && (!self.config.device_taints
+                || (self.slices.done_once && self.claims.done_once && self.rules.done_once))
+    }
+
+    /// The device core: what is pending because of devices, and each rule's status.
+    pub fn devices(&self) -> &Devices {
+        &self.devices.core
     }
 
     /// The rule for acting: synced, in a term, and not refusing. (The term's deadline is
@@ -406,7 +456,7 @@ impl Pipeline {
 
     /// Evictions scheduled in the engine and counting down to their deadline (or retry).
     pub fn scheduled(&self) -> usize {
-        self.engine.queued_count()
+        self.engine.queued_count() + self.devices.waiting()
     }
 
     /// Whether the node is known (an add or update was seen, and no delete or leave since).
@@ -452,6 +502,7 @@ impl Pipeline {
     /// here (parked, paced, queued, in flight). O(due evictions).
     pub fn pending(&self) -> usize {
         self.engine.queued_count()
+            + self.devices.waiting()
             + self
                 .entries
                 .values()
@@ -482,6 +533,10 @@ impl Pipeline {
             + self.pacer.queue_count()
             + self.nodes.seen.len()
             + self.pods.seen.len()
+            + self.devices.len()
+            + self.slices.seen.len()
+            + self.claims.seen.len()
+            + self.rules.seen.len()
     }
 
     /// Pods the second-controller guard remembers (started by us, already judged, or deleted
@@ -522,7 +577,11 @@ impl Pipeline {
         };
         let term = self.term.map(|t| t.until).filter(|t| *t != Time::MAX);
         let deferred = self.deferred.first().map(|(t, _)| *t);
-        [engine, pacer, term, deferred].into_iter().flatten().min()
+        let devices = self.devices.next_wake();
+        [engine, pacer, term, deferred, devices]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // === Inputs ===
@@ -537,6 +596,7 @@ impl Pipeline {
         let batch = self.config.tick_batch.max(1);
         self.engine.advance_at_most(now, batch, &mut self.actions);
         self.absorb(now, false);
+        self.fire_devices(now, batch);
         self.undefer(now);
         self.settle(now);
     }
@@ -550,7 +610,9 @@ impl Pipeline {
             Watched::Nodes => self.nodes.failed = true,
             // A pod the cache has wrong is caught by the UID (and resourceVersion)
             // preconditions of every write; its node binding and tolerations do not change.
-            Watched::Pods => {}
+            // A device eviction is decided on the device objects, which stale or not, are what
+            // upstream's informers would hold too.
+            Watched::Pods | Watched::Slices | Watched::Claims | Watched::Rules => {}
         }
     }
 
@@ -571,6 +633,18 @@ impl Pipeline {
             Watched::Pods => {
                 self.pods.active = true;
                 self.pods.seen.clear();
+            }
+            Watched::Slices => {
+                self.slices.active = true;
+                self.slices.seen.clear();
+            }
+            Watched::Claims => {
+                self.claims.active = true;
+                self.claims.seen.clear();
+            }
+            Watched::Rules => {
+                self.rules.active = true;
+                self.rules.seen.clear();
             }
         }
     }
@@ -618,19 +692,81 @@ impl Pipeline {
                         .delete_pod(ns, name, None, now, &mut self.actions);
                     self.absorb(now, false);
                 }
+                // Pods only the device core knows (unscheduled ones, which the engine does
+                // not keep).
+                let device_gone: Vec<(String, String)> = self
+                    .devices
+                    .core
+                    .pod_names()
+                    .filter(|k| !self.pods.seen.contains(k))
+                    .cloned()
+                    .collect();
+                for (ns, name) in &device_gone {
+                    self.devices.core.delete_pod(ns, name);
+                }
+                self.absorb_devices(now);
                 self.pods = Listing {
                     active: false,
                     seen: HashSet::new(),
                     done_once: true,
                     failed: false,
                 };
+                gone.len() + device_gone.len()
+            }
+            Watched::Slices => {
+                let gone: Vec<String> = self
+                    .devices
+                    .core
+                    .slice_names()
+                    .filter(|n| !self.slices.seen.contains(*n))
+                    .cloned()
+                    .collect();
+                for name in &gone {
+                    self.devices.core.delete_slice(name);
+                }
+                self.slices = Listing {
+                    done_once: true,
+                    ..Listing::default()
+                };
+                gone.len()
+            }
+            Watched::Claims => {
+                let gone: Vec<(String, String)> = self
+                    .devices
+                    .core
+                    .claim_names()
+                    .filter(|k| !self.claims.seen.contains(*k))
+                    .cloned()
+                    .collect();
+                for (ns, name) in &gone {
+                    self.devices.core.delete_claim(ns, name);
+                }
+                self.claims = Listing {
+                    done_once: true,
+                    ..Listing::default()
+                };
+                gone.len()
+            }
+            Watched::Rules => {
+                let gone: Vec<String> = self
+                    .devices
+                    .core
+                    .rule_names()
+                    .filter(|n| !self.rules.seen.contains(*n))
+                    .cloned()
+                    .collect();
+                for name in &gone {
+                    self.devices.core.delete_rule(name);
+                }
+                self.rules = Listing {
+                    done_once: true,
+                    ..Listing::default()
+                };
                 gone.len()
             }
         };
-        self.effects.push_back(Effect::Synced {
-            nodes: what == Watched::Nodes,
-            removed,
-        });
+        self.absorb_devices(now);
+        self.effects.push_back(Effect::Synced { what, removed });
         self.settle(now);
     }
 
@@ -693,11 +829,91 @@ impl Pipeline {
         }
         let terminating = pod.terminating;
         let key = (pod.namespace.clone(), pod.name.clone());
+        let device_pod = self.device_pod(&pod);
         self.engine.upsert_pod(pod, now, &mut self.actions);
         self.absorb(now, true);
+        if let Some(device_pod) = device_pod {
+            self.devices.core.upsert_pod(device_pod);
+            self.absorb_devices(now);
+        }
         if terminating {
             self.drop_unstarted(&key.0, &key.1, now);
         }
+        self.settle(now);
+    }
+
+    /// What the device core needs of a pod: only pods with claims (their claims never
+    /// change), or one it knows under another UID. An excluded pod is given as unscheduled,
+    /// so that its devices never make it due (and a rule's status does not count it).
+    fn device_pod(&self, pod: &PodObservation) -> Option<DevicePod> {
+        if !self.config.device_taints
+            || (pod.claims.is_empty() && self.devices.core.pod(&pod.namespace, &pod.name).is_none())
+        {
+            return None;
+        }
+        Some(DevicePod {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            node: pod.node_name.clone().filter(|_| !pod.excluded),
+            claims: pod.claims.clone(),
+            deleting: pod.terminating,
+        })
+    }
+
+    /// A ResourceSlice was added or updated.
+    pub fn upsert_slice(&mut self, slice: Slice, now: Time) {
+        self.begin(now);
+        if self.slices.active {
+            self.slices.seen.insert(slice.name.clone());
+        }
+        self.devices.core.upsert_slice(slice);
+        self.absorb_devices(now);
+        self.settle(now);
+    }
+
+    pub fn delete_slice(&mut self, name: &str, now: Time) {
+        self.begin(now);
+        self.devices.core.delete_slice(name);
+        self.absorb_devices(now);
+        self.settle(now);
+    }
+
+    /// A ResourceClaim was added or updated.
+    pub fn upsert_claim(&mut self, claim: Claim, now: Time) {
+        self.begin(now);
+        if self.claims.active {
+            self.claims
+                .seen
+                .insert((claim.namespace.clone(), claim.name.clone()));
+        }
+        self.devices.core.upsert_claim(claim);
+        self.absorb_devices(now);
+        self.settle(now);
+    }
+
+    pub fn delete_claim(&mut self, namespace: &str, name: &str, now: Time) {
+        self.begin(now);
+        self.devices.core.delete_claim(namespace, name);
+        self.absorb_devices(now);
+        self.settle(now);
+    }
+
+    /// A DeviceTaintRule was added or updated.
+    pub fn upsert_rule(&mut self, rule: Rule, now: Time) {
+        self.begin(now);
+        if self.rules.active {
+            self.rules.seen.insert(rule.name.clone());
+        }
+        self.devices.core.upsert_rule(rule);
+        self.absorb_devices(now);
+        self.settle(now);
+    }
+
+    pub fn delete_rule(&mut self, name: &str, now: Time) {
+        self.begin(now);
+        self.devices.core.delete_rule(name);
+        self.absorb_devices(now);
         self.settle(now);
     }
 
@@ -714,6 +930,15 @@ impl Pipeline {
         self.engine
             .delete_pod(namespace, name, uid, now, &mut self.actions);
         self.absorb(now, false);
+        if self
+            .devices
+            .core
+            .pod(namespace, name)
+            .is_some_and(|p| uid.is_none_or(|u| *u == p.uid))
+        {
+            self.devices.core.delete_pod(namespace, name);
+            self.absorb_devices(now);
+        }
         self.settle(now);
     }
 
@@ -905,7 +1130,186 @@ impl Pipeline {
         self.guard.expire(now);
         self.engine.advance(now, &mut self.actions);
         self.absorb(now, false);
+        self.fire_devices(now, usize::MAX);
         self.undefer(now);
+    }
+
+    /// Device evictions (or their retries) due by `now`, at most `batch`, go on.
+    fn fire_devices(&mut self, now: Time, batch: usize) {
+        for id in self.devices.take_due(now, batch) {
+            self.device_due(id, now);
+        }
+    }
+
+    /// Carry the device core's actions into the pipeline.
+    fn absorb_devices(&mut self, now: Time) {
+        while let Some(action) = self.devices.core.poll_action() {
+            match &action {
+                DeviceAction::Evict { pod, eviction } => {
+                    let id = self.devices.track(pod.clone(), eviction.clone());
+                    self.effects.push_back(Effect::Device(action.clone()));
+                    match self.entries.get_mut(&id) {
+                        Some(e) => {
+                            // Due already: an attempt under way goes on (upstream's worker
+                            // has read the time); otherwise a time moved later waits again.
+                            e.device = Some(eviction.clone());
+                            e.deadline = eviction.at;
+                            if eviction.at > now && !matches!(e.at, Where::InFlight(_)) {
+                                self.forget(id);
+                                self.devices.wait_until(id, eviction.at);
+                            }
+                        }
+                        None if eviction.at > now => self.devices.wait_until(id, eviction.at),
+                        None => {
+                            self.devices.stop_waiting(id);
+                            self.device_due(id, now);
+                        }
+                    }
+                }
+                DeviceAction::Cancel { pod, event } => {
+                    self.effects.push_back(Effect::Device(action.clone()));
+                    let Some(id) = self.devices.id_of(pod) else {
+                        continue;
+                    };
+                    // Announced only if no attempt has started for it (as for node taints,
+                    // `docs/deviations.md` #6), and only by the replica that acts.
+                    let started = self
+                        .entries
+                        .get(&id)
+                        .is_some_and(|e| matches!(e.at, Where::InFlight(_)) || e.failures > 0);
+                    let node = self.entries.get(&id).and_then(|e| e.pod.node.clone());
+                    self.forget(id);
+                    self.devices.remove(id);
+                    if *event
+                        && !started
+                        && self.may_act()
+                        && let Some(term) = self.term
+                    {
+                        self.effects.push_back(Effect::PodEvent {
+                            pod: device_pod_ref(pod, node),
+                            event: device_event("Cancelling deletion"),
+                            term: term.id,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A device eviction falls due (or its retry does): it becomes an entry, parked or
+    /// paced like any due eviction.
+    fn device_due(&mut self, id: EvictionId, now: Time) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            // A retry.
+            e.retry = true;
+            self.requeue(id, now);
+            if self.may_act() {
+                self.pace(now);
+                self.announce_held(id);
+            }
+            return;
+        }
+        let Some(tracked) = self.devices.get(id).cloned() else {
+            return;
+        };
+        let key = &tracked.pod;
+        let view = self
+            .engine
+            .pod_view(&key.namespace, &key.name)
+            .filter(|v| v.pod.uid == key.uid);
+        let node = view.as_ref().and_then(|v| v.pod.node.clone()).or_else(|| {
+            self.devices
+                .core
+                .pod(&key.namespace, &key.name)
+                .and_then(|p| p.node.as_deref().map(Arc::from))
+        });
+        let pod = device_pod_ref(key, node);
+        if view.as_ref().is_some_and(|v| v.terminating) {
+            // Already being deleted: no second delete (`docs/deviations.md` #4). Upstream
+            // counts it as evicted (§22.8, quirk 2), and so does the rule's status.
+            self.devices.remove(id);
+            self.devices.core.evicted(key);
+            self.effects.push_back(Effect::Decided(Action::Skip {
+                pod,
+                eviction: id,
+                reason: SkipReason::AlreadyTerminating,
+            }));
+            return;
+        }
+        self.entries.insert(
+            id,
+            Entry {
+                pod: pod.clone(),
+                deadline: tracked.eviction.at,
+                cause: None,
+                device: Some(tracked.eviction.clone()),
+                guarded: false,
+                event: Some(device_event("Marking for deletion")),
+                failures: 0,
+                refused_since: None,
+                retry: false,
+                due_at: now,
+                at: Where::Parked,
+            },
+        );
+        if let Some(delay) = self.config.handover
+            && let Some(e) = self.entries.get_mut(&id)
+        {
+            let until = now.plus(delay);
+            e.at = Where::Deferred(until);
+            self.deferred.insert((until, id));
+            return;
+        }
+        self.requeue(id, now);
+        if self.may_act() {
+            self.pace(now);
+            self.announce_held(id);
+        }
+    }
+
+    /// An attempt evicted the pod (or found it gone or terminating): what else is due for
+    /// the same pod on the other side (a node eviction for a device one, or the reverse) ends
+    /// without a request, so that a pod hit by both gets one eviction.
+    fn end_others(&mut self, done: EvictionId, pod: &PodRef, now: Time) {
+        let others: Vec<EvictionId> = self
+            .entries
+            .iter()
+            .filter(|(id, e)| {
+                **id != done
+                    && e.pod.uid == pod.uid
+                    && e.pod.namespace == pod.namespace
+                    && e.pod.name == pod.name
+                    && !matches!(e.at, Where::InFlight(_))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in others {
+            let Some(entry) = self.entries.get(&id) else {
+                continue;
+            };
+            let pod = entry.pod.clone();
+            self.forget(id);
+            if is_device(id) {
+                if let Some(t) = self.devices.remove(id) {
+                    // As upstream's device controller finds the pod terminating (§22.8, quirk 2).
+                    self.devices.core.evicted(&t.pod);
+                }
+            } else {
+                let report = Report {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    eviction: id,
+                    outcome: Outcome::Gone,
+                };
+                self.engine.report(&report, now, &mut self.actions);
+                self.absorb(now, false);
+            }
+            self.effects.push_back(Effect::Decided(Action::Skip {
+                pod,
+                eviction: id,
+                reason: SkipReason::AlreadyTerminating,
+            }));
+        }
     }
 
     /// Evictions whose handover delay has passed go on, as if they fell due now.
@@ -954,6 +1358,10 @@ impl Pipeline {
 
     fn conclude(&mut self, flight: &Flight, result: AttemptResult, now: Time) {
         let eviction = flight.eviction;
+        if is_device(eviction) {
+            self.conclude_device(eviction, result, now);
+            return;
+        }
         let mut guarded = false;
         let outcome = match result {
             AttemptResult::Evicted => Outcome::Evicted,
@@ -998,11 +1406,54 @@ impl Pipeline {
             eviction,
             outcome,
         };
+        let done = matches!(outcome, Outcome::Evicted | Outcome::Gone);
+        let pod = entry.pod.clone();
         if !matches!(outcome, Outcome::Failed { .. }) {
             self.entries.remove(&eviction);
         }
         self.engine.report(&report, now, &mut self.actions);
         self.absorb(now, guarded);
+        if done {
+            self.end_others(eviction, &pod, now);
+        }
+    }
+
+    /// How a device eviction's attempt ended (`docs/parity.md` §22.5).
+    fn conclude_device(&mut self, eviction: EvictionId, result: AttemptResult, now: Time) {
+        let counted = match result {
+            AttemptResult::Cancelled => {
+                self.requeue(eviction, now);
+                return;
+            }
+            AttemptResult::Failed { refused, .. } => {
+                let jitter = self.jitter();
+                let Some(e) = self.entries.get_mut(&eviction) else {
+                    return;
+                };
+                e.failures += 1;
+                if refused {
+                    e.refused_since.get_or_insert(now);
+                }
+                e.at = Where::Retrying;
+                let retry_at = now.plus(self.config.backoff.delay(e.failures, jitter));
+                self.devices.wait_until(eviction, retry_at);
+                return;
+            }
+            // A pod already terminating counts as evicted, as upstream counts it (quirk 2).
+            AttemptResult::Evicted | AttemptResult::Gone(GoneReason::Terminating) => true,
+            AttemptResult::Gone(_) | AttemptResult::WouldEvict | AttemptResult::Stale => false,
+        };
+        let Some(entry) = self.entries.remove(&eviction) else {
+            return;
+        };
+        if let Some(t) = self.devices.remove(eviction) {
+            if counted {
+                self.devices.core.evicted(&t.pod);
+            } else {
+                self.devices.core.gone(&t.pod);
+            }
+        }
+        self.end_others(eviction, &entry.pod, now);
     }
 
     /// Send a due eviction on: to the pacer while acting, else parked. Used for fresh and
@@ -1224,6 +1675,7 @@ impl Pipeline {
                                     pod: pod.clone(),
                                     deadline: *deadline,
                                     cause: cause.clone(),
+                                    device: None,
                                     guarded,
                                     event,
                                     failures: 0,
@@ -1396,6 +1848,7 @@ impl Pipeline {
                 due_at: entry.due_at,
                 generation,
                 cause: entry.cause.clone(),
+                device: entry.device.clone(),
                 plan,
                 term: term.id,
                 announce: entry.event.clone(),
@@ -1427,8 +1880,10 @@ impl Pipeline {
         // while its node watch relisted, 3 s after their taint had gone).
         // And, with a handover delay, every start, whatever --stale-cache-guard says: the
         // node may have changed in the delay, and the decision is that old.
-        let guard = ((self.config.stale_cache_guard && (entry.guarded || self.node_view_stale()))
-            || self.config.handover.is_some())
+        // A device eviction is not justified by the node's taints: no guard re-reads the node.
+        let guard = (entry.device.is_none()
+            && ((self.config.stale_cache_guard && (entry.guarded || self.node_view_stale()))
+                || self.config.handover.is_some()))
         .then(|| {
             let countdown = entry
                 .cause
@@ -1505,6 +1960,29 @@ impl Pipeline {
 
 /// The node annotation that releases the brake for that node's evictions.
 pub const RELEASE_ANNOTATION: &str = "noexecute.io/release-brake";
+
+/// A pod of the device core as the pipeline names it.
+fn device_pod_ref(key: &device::PodKey, node: Option<Arc<str>>) -> PodRef {
+    PodRef {
+        namespace: Arc::from(key.namespace.as_str()),
+        name: Arc::from(key.name.as_str()),
+        uid: key.uid.clone(),
+        node,
+    }
+}
+
+/// The reason of both of upstream's device Events (`docs/parity.md` §22.6).
+pub const DEVICE_EVENT_REASON: &str = "DeviceTaintManagerEviction";
+
+/// Upstream's device Event: "Marking for deletion" or "Cancelling deletion", about the pod
+/// (its UID included).
+fn device_event(message: &str) -> UpstreamEvent {
+    UpstreamEvent {
+        type_: "Normal",
+        reason: DEVICE_EVENT_REASON,
+        message: message.to_owned(),
+    }
+}
 
 #[cfg(test)]
 #[allow(clippy::expect_used, clippy::unwrap_used)]

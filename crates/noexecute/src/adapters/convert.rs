@@ -61,5 +61,6 @@ pub fn pod(pod: &SlimPod) -> PodObservation {
         terminating: is_terminating(meta),
         excluded: false,
         generation: meta.generation.unwrap_or(0),
+        claims: Vec::new(),
     }
 }

@@ -380,6 +380,7 @@ impl Policy {
             lease: None,
             refuse_if_foreign: false,
             handover: None,
+            device_taints: false,
         }
     }
 

@@ -525,10 +525,24 @@ impl Driver {
             Effect::Unparked { count } => {
                 tracing::info!(count, "acting on evictions decided while not leading");
             }
-            Effect::Synced { nodes, removed } => {
-                let what = if nodes { "nodes" } else { "pods" };
+            Effect::Synced { what, removed } => {
+                let what = what.as_str();
                 tracing::info!(removed, pods = self.pipeline.pod_count(), "{what} synced");
             }
+            Effect::Device(action) => log_device_decision(&action),
+        }
+    }
+}
+
+fn log_device_decision(action: &noexecute_engine::device::DeviceAction) {
+    use noexecute_engine::device::DeviceAction;
+    match action {
+        DeviceAction::Evict { pod, eviction } => {
+            let reasons: Vec<String> = eviction.reasons.iter().map(|r| r.to_string()).collect();
+            tracing::info!(pod = %pod, uid = %pod.uid, at = %crate::adapters::time::timestamp(eviction.at), reasons = %reasons.join(", "), "device eviction scheduled");
+        }
+        DeviceAction::Cancel { pod, .. } => {
+            tracing::info!(pod = %pod, uid = %pod.uid, "device eviction cancelled");
         }
     }
 }

@@ -354,6 +354,7 @@ impl Sim<'_> {
                 | Effect::Foreign { .. }
                 | Effect::NodeRelease { .. }
                 | Effect::Unparked { .. }
+                | Effect::Device(_)
                 | Effect::Synced { .. } => continue,
             };
             self.entry(Entry {

@@ -1,0 +1,453 @@
+//! Device-taint evictions through the pipeline (`docs/parity.md` §22): from the device core's
+//! decision to an attempt, on a virtual clock. The device core's own decisions are
+//! `device_conformance.rs`'s; here, what the pipeline does with them: when an attempt starts,
+//! what it says (reason and Events), a time that moves, a cancel, a retry, exclusions, the
+//! listings acting waits for, and one eviction for a pod hit by a node taint and a device
+//! taint at once.
+#![allow(clippy::expect_used)]
+
+use noexecute_engine::device::{
+    AllocatedDevice, Claim, Consumer, Device, PodClaim, Rule, Selector, Slice,
+};
+use noexecute_engine::pipeline::{
+    Attempt, AttemptReport, AttemptResult, DEVICE_EVENT_REASON, Effect, Finish, Plan, Term, Watched,
+};
+use noexecute_engine::{
+    NodeObservation, Operator, Pipeline, PipelineConfig, PodObservation, Taint, TaintEffect, Time,
+    Toleration, observe::Uid,
+};
+
+const NS: &str = "ml";
+
+fn t(s: i64) -> Time {
+    Time::from_secs(1_000 + s)
+}
+
+fn config() -> PipelineConfig {
+    PipelineConfig {
+        device_taints: true,
+        ..PipelineConfig::default()
+    }
+}
+
+fn no_execute(added: Time) -> Taint {
+    let mut taint = Taint::new("gpu.example.com/ecc", "", TaintEffect::NoExecute);
+    taint.time_added = Some(added);
+    taint
+}
+
+/// A slice of two GPUs; `tainted` carry a `NoExecute` taint added at `added`.
+fn slice(tainted: &[&str], added: Time) -> Slice {
+    let devices = ["gpu-0", "gpu-1"]
+        .iter()
+        .map(|name| Device {
+            name: (*name).into(),
+            taints: if tainted.contains(name) {
+                vec![no_execute(added)]
+            } else {
+                vec![]
+            },
+        })
+        .collect();
+    Slice {
+        name: "node-a-gpus".into(),
+        driver: "gpu.example.com".into(),
+        pool: "node-a".into(),
+        generation: 1,
+        devices,
+    }
+}
+
+fn tolerating(seconds: Option<i64>) -> Vec<Toleration> {
+    seconds
+        .map(|s| Toleration {
+            key: "gpu.example.com/ecc".into(),
+            operator: Operator::Exists,
+            value: String::new(),
+            effect: Some(TaintEffect::NoExecute),
+            toleration_seconds: Some(s),
+        })
+        .into_iter()
+        .collect()
+}
+
+/// `pod`'s claim on `device`, tolerating the taint for `seconds` (`None`: no toleration).
+fn claim(pod: &str, device: &str, seconds: Option<i64>) -> Claim {
+    Claim {
+        namespace: NS.into(),
+        name: format!("{pod}-gpu"),
+        uid: Uid::new(&format!("{pod}-gpu-uid")),
+        owner: None,
+        allocation: Some(vec![AllocatedDevice {
+            driver: "gpu.example.com".into(),
+            pool: "node-a".into(),
+            device: device.into(),
+            tolerations: tolerating(seconds),
+        }]),
+        reserved_for: vec![Consumer::pod(pod, Uid::new(&format!("{pod}-uid")))],
+    }
+}
+
+fn pod(name: &str) -> PodObservation {
+    PodObservation::new(NS, name, &format!("{name}-uid"), Some("node-a"))
+        .with_claims(vec![PodClaim::Named(format!("{name}-gpu"))])
+}
+
+fn node(tainted: bool) -> NodeObservation {
+    NodeObservation {
+        name: "node-a".into(),
+        taints: if tainted {
+            vec![Taint::no_execute("node.kubernetes.io/unreachable", "")]
+        } else {
+            vec![]
+        },
+    }
+}
+
+fn drain(p: &mut Pipeline) -> Vec<Effect> {
+    std::iter::from_fn(|| p.poll_effect()).collect()
+}
+
+fn starts(effects: &[Effect]) -> Vec<Attempt> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Start(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn started_pods(effects: &[Effect]) -> Vec<String> {
+    starts(effects).iter().map(|a| a.pod.to_string()).collect()
+}
+
+/// Ticks at every wake-up up to `until`, answering each attempt with `answer`; returns every
+/// effect.
+/// Attempts already started (in `p`'s effects not yet drained) are answered at `t(0)`.
+fn run_until(p: &mut Pipeline, until: Time, answer: &AttemptResult) -> Vec<Effect> {
+    let mut all = Vec::new();
+    let mut now = t(0);
+    loop {
+        let effects = drain(p);
+        if effects.is_empty() {
+            match p.next_wake().filter(|at| *at <= until) {
+                Some(at) => {
+                    now = at.max(now);
+                    p.tick(now);
+                    continue;
+                }
+                None => return all,
+            }
+        }
+        for a in starts(&effects) {
+            p.report(
+                AttemptReport {
+                    attempt: a.id,
+                    result: answer.clone(),
+                },
+                now,
+            );
+        }
+        all.extend(effects);
+    }
+}
+
+/// Acting, with node-a untainted and `pods` on it using their claims, then the slice.
+fn with_pods(pods: &[(&str, &str, Option<i64>)], slice: Slice) -> (Pipeline, Vec<Effect>) {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    for (name, device, seconds) in pods {
+        p.upsert_claim(claim(name, device, *seconds), t(0));
+        p.upsert_pod(pod(name), t(0));
+    }
+    p.upsert_slice(slice, t(0));
+    let effects = drain(&mut p);
+    (p, effects)
+}
+
+/// An untolerated device taint: one attempt at once, for that pod only, that writes the device
+/// condition and announces upstream's device Event; once it evicted, nothing is due again.
+#[test]
+fn an_untolerated_device_taint_starts_an_attempt_at_once() {
+    let (mut p, effects) = with_pods(
+        &[("train-0", "gpu-0", None), ("train-1", "gpu-1", None)],
+        slice(&["gpu-0"], t(0)),
+    );
+    let started = starts(&effects);
+    assert_eq!(started_pods(&effects), vec!["ml/train-0"]);
+    let a = &started[0];
+    assert_eq!(a.pod.uid, Uid::new("train-0-uid"));
+    assert!(a.cause.is_none());
+    assert_eq!(a.device.as_ref().map(|d| d.at), Some(t(0)));
+    assert_eq!(a.plan, Plan::PatchThenDelete);
+    let announce = a.announce.as_ref().map(|e| (e.reason, e.message.as_str()));
+    assert_eq!(
+        announce,
+        Some((DEVICE_EVENT_REASON, "Marking for deletion"))
+    );
+    assert!(p.report(
+        AttemptReport {
+            attempt: a.id,
+            result: AttemptResult::Evicted,
+        },
+        t(0),
+    ));
+    let later = run_until(&mut p, t(7200), &AttemptResult::Evicted);
+    assert_eq!(starts(&later), vec![], "not due again");
+    assert!(p.devices().pending().is_empty());
+}
+
+/// A tolerated taint waits for `timeAdded` + seconds; when the taint's time moves later, so
+/// does the eviction (unlike a node taint's deadline), and nothing starts in between.
+#[test]
+fn a_device_eviction_waits_and_follows_its_taints_time() {
+    let (mut p, effects) = with_pods(&[("train-0", "gpu-0", Some(60))], slice(&["gpu-0"], t(0)));
+    assert_eq!(starts(&effects), vec![]);
+    assert_eq!(p.next_wake(), Some(t(60)));
+    p.tick(t(30));
+    p.upsert_slice(slice(&["gpu-0"], t(40)), t(30));
+    assert_eq!(p.next_wake(), Some(t(100)));
+    let mut all = drain(&mut p);
+    p.tick(t(60));
+    all.extend(drain(&mut p));
+    assert_eq!(starts(&all), vec![], "nothing at the old time");
+    p.tick(t(100));
+    let effects = drain(&mut p);
+    assert_eq!(started_pods(&effects), vec!["ml/train-0"]);
+}
+
+/// A time that moves later after it fell due, while parked (not leading): it waits for its
+/// new time rather than start when leadership comes.
+#[test]
+fn a_due_device_eviction_moved_later_waits_again() {
+    let mut p = Pipeline::new(config());
+    for what in [
+        Watched::Nodes,
+        Watched::Pods,
+        Watched::Slices,
+        Watched::Claims,
+        Watched::Rules,
+    ] {
+        p.listing_started(what);
+        p.listing_done(what, t(0));
+    }
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", Some(60)), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_slice(slice(&["gpu-0"], t(0)), t(0));
+    // Not leading: due at 60 s, parked.
+    p.tick(t(60));
+    assert_eq!(starts(&drain(&mut p)), vec![]);
+    assert_eq!(p.parked(), 1);
+    // The taint is re-added later: the eviction waits for its new time, even once leading.
+    p.upsert_slice(slice(&["gpu-0"], t(50)), t(61));
+    p.set_term(
+        Some(Term {
+            id: 1,
+            until: Time::MAX,
+        }),
+        t(62),
+    );
+    assert_eq!(starts(&drain(&mut p)), vec![]);
+    assert_eq!(p.next_wake(), Some(t(110)));
+    p.tick(t(110));
+    assert_eq!(started_pods(&drain(&mut p)), vec!["ml/train-0"]);
+}
+
+/// A delayed device eviction whose taint goes away before it is due is cancelled with
+/// upstream's "Cancelling deletion" (reason `DeviceTaintManagerEviction`, about the pod and
+/// its UID); the pod beside it, still tainted, is evicted in the same window.
+#[test]
+fn a_device_eviction_cancelled_before_it_is_due_records_cancelling_deletion() {
+    let (mut p, _) = with_pods(
+        &[
+            ("train-0", "gpu-0", Some(60)),
+            ("train-1", "gpu-1", Some(60)),
+        ],
+        slice(&["gpu-0", "gpu-1"], t(0)),
+    );
+    p.upsert_slice(slice(&["gpu-1"], t(0)), t(10));
+    let effects = drain(&mut p);
+    let events: Vec<(String, Uid, &str, String)> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::PodEvent { pod, event, .. } => Some((
+                pod.to_string(),
+                pod.uid.clone(),
+                event.reason,
+                event.message.clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        events,
+        vec![(
+            "ml/train-0".to_string(),
+            Uid::new("train-0-uid"),
+            DEVICE_EVENT_REASON,
+            "Cancelling deletion".to_string()
+        )]
+    );
+    let all = run_until(&mut p, t(7200), &AttemptResult::Evicted);
+    assert_eq!(started_pods(&all), vec!["ml/train-1"]);
+}
+
+/// A pod whose node and device are both tainted (neither tolerated) is evicted once: one
+/// attempt, and the other eviction ends without a request once it reports.
+#[test]
+fn a_pod_hit_by_a_node_taint_and_a_device_taint_is_evicted_once() {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(true), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_slice(slice(&["gpu-0"], t(0)), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    let all = run_until(&mut p, t(7200), &AttemptResult::Evicted);
+    assert_eq!(started_pods(&all), vec!["ml/train-0"], "{all:#?}");
+    assert_eq!(p.tracked(), 0);
+    // The positive control: without the node taint, the device alone evicts it.
+    let (_, effects) = with_pods(&[("train-0", "gpu-0", None)], slice(&["gpu-0"], t(0)));
+    assert_eq!(started_pods(&effects), vec!["ml/train-0"]);
+}
+
+/// A failed attempt is retried after a backoff, without announcing "Marking for deletion"
+/// again; an attempt that finds the pod gone ends it.
+#[test]
+fn a_failed_device_attempt_is_retried_without_a_second_announcement() {
+    let (mut p, effects) = with_pods(&[("train-0", "gpu-0", None)], slice(&["gpu-0"], t(0)));
+    let first = starts(&effects);
+    assert_eq!(first.len(), 1);
+    p.report(
+        AttemptReport {
+            attempt: first[0].id,
+            result: AttemptResult::Failed {
+                error: "500".into(),
+                refused: false,
+            },
+        },
+        t(0),
+    );
+    let retry_at = p.next_wake().expect("a retry is due");
+    assert!(retry_at > t(0) && retry_at <= t(1));
+    p.tick(retry_at);
+    let second = starts(&drain(&mut p));
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].announce, None, "announced once");
+    assert_ne!(
+        second[0].plan,
+        Plan::PatchThenDelete,
+        "a retry reads the pod first"
+    );
+    p.report(
+        AttemptReport {
+            attempt: second[0].id,
+            result: AttemptResult::Gone(noexecute_engine::pipeline::GoneReason::NotFound),
+        },
+        retry_at,
+    );
+    let later = run_until(&mut p, t(7200), &AttemptResult::Evicted);
+    assert_eq!(starts(&later), vec![]);
+    assert_eq!(p.tracked(), 0);
+}
+
+/// An excluded pod is never evicted for its devices (nor counted by a rule's status); the pod
+/// beside it is.
+#[test]
+fn an_excluded_pod_is_not_evicted_for_its_devices() {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_rule(
+        Rule {
+            name: "drain-node-a".into(),
+            uid: Uid::new("rule-uid"),
+            selector: Some(Selector {
+                pool: Some("node-a".into()),
+                ..Selector::default()
+            }),
+            taint: no_execute(t(0)),
+        },
+        t(0),
+    );
+    for name in ["train-0", "train-1"] {
+        p.upsert_claim(claim(name, "gpu-0", None), t(0));
+    }
+    let mut excluded = pod("train-0");
+    excluded.excluded = true;
+    p.upsert_pod(excluded, t(0));
+    p.upsert_pod(pod("train-1"), t(0));
+    let all = run_until(&mut p, t(7200), &AttemptResult::Evicted);
+    assert_eq!(started_pods(&all), vec!["ml/train-1"]);
+    let mut terminating = pod("train-1");
+    terminating.terminating = true;
+    p.upsert_pod(terminating, t(7200));
+    let condition = p.devices().rule_condition("drain-node-a");
+    assert_eq!(
+        condition.map(|c| (c.reason, c.message)),
+        Some((
+            "Completed",
+            "1 pod evicted since starting the controller.".to_string()
+        )),
+        "the excluded pod is not pending"
+    );
+}
+
+/// With device taints on, acting waits for the slice, claim and rule listings too.
+#[test]
+fn acting_waits_for_the_device_listings() {
+    let mut p = Pipeline::new(config());
+    p.set_leading(true, t(0));
+    let all = [
+        Watched::Nodes,
+        Watched::Pods,
+        Watched::Slices,
+        Watched::Claims,
+        Watched::Rules,
+    ];
+    for what in all {
+        p.listing_started(what);
+    }
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_slice(slice(&["gpu-0"], t(0)), t(0));
+    for what in [Watched::Nodes, Watched::Pods] {
+        p.listing_done(what, t(0));
+    }
+    assert!(!p.may_act());
+    assert_eq!(starts(&drain(&mut p)), vec![]);
+    for what in [Watched::Slices, Watched::Claims] {
+        p.listing_done(what, t(1));
+    }
+    assert_eq!(starts(&drain(&mut p)), vec![], "rules not listed yet");
+    p.listing_done(Watched::Rules, t(2));
+    assert_eq!(started_pods(&drain(&mut p)), vec!["ml/train-0"]);
+}
+
+/// A relist that no longer has the slice drops it: the pod's pending eviction is cancelled.
+#[test]
+fn a_slice_missing_from_a_relist_is_deleted() {
+    let (mut p, _) = with_pods(&[("train-0", "gpu-0", Some(60))], slice(&["gpu-0"], t(0)));
+    assert_eq!(p.devices().pending().len(), 1);
+    p.listing_started(Watched::Slices);
+    p.listing_done(Watched::Slices, t(5));
+    assert!(p.devices().pending().is_empty());
+    let all = run_until(&mut p, t(7200), &AttemptResult::Evicted);
+    assert_eq!(starts(&all), vec![]);
+}
+
+/// Dry run: the attempt reads and writes nothing.
+#[test]
+fn a_dry_run_device_attempt_changes_nothing() {
+    let mut p = Pipeline::acting(PipelineConfig {
+        dry_run: true,
+        ..config()
+    });
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_slice(slice(&["gpu-0"], t(0)), t(0));
+    let started = starts(&drain(&mut p));
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].finish(), Finish::Nothing);
+}
