@@ -61,6 +61,11 @@ pub fn pod(pod: &SlimPod) -> PodObservation {
         terminating: is_terminating(meta),
         excluded: false,
         generation: meta.generation.unwrap_or(0),
-        claims: Vec::new(),
+        claims: super::device::pod_claims(
+            &pod.spec.resource_claims,
+            pod.status
+                .as_ref()
+                .map_or(&[][..], |s| &s.resource_claim_statuses),
+        ),
     }
 }

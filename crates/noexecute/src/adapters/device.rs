@@ -12,7 +12,7 @@ use noexecute_engine::device::{
     AllocatedDevice, Claim, Consumer, Device, DevicePod, PodClaim, Rule, Selector, Slice,
 };
 use noexecute_engine::{Operator, Taint, TaintEffect, Time, Toleration, Uid};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The metadata these objects need: identity, and the controlling owner (a claim made from a
 /// template is the pod's).
@@ -285,7 +285,7 @@ pub struct ClaimingPodSpec {
     pub resource_claims: Vec<PodResourceClaim>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PodResourceClaim {
     pub name: String,
@@ -299,7 +299,7 @@ pub struct ClaimingPodStatus {
     pub resource_claim_statuses: Vec<PodResourceClaimStatus>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PodResourceClaimStatus {
     pub name: String,
@@ -310,24 +310,10 @@ impl ClaimingPod {
     /// Upstream's `resourceclaim.Name` for each entry (`docs/parity.md` §22.2). An entry with
     /// neither a claim nor a template names nothing, like one whose claim is not made yet.
     pub fn observe(&self) -> DevicePod {
-        let claims = self
-            .spec
-            .resource_claims
-            .iter()
-            .map(
-                |c| match (&c.resource_claim_name, &c.resource_claim_template_name) {
-                    (Some(name), _) => PodClaim::Named(name.clone()),
-                    (None, Some(_)) => PodClaim::FromTemplate(
-                        self.status
-                            .resource_claim_statuses
-                            .iter()
-                            .find(|s| s.name == c.name)
-                            .and_then(|s| s.resource_claim_name.clone()),
-                    ),
-                    (None, None) => PodClaim::FromTemplate(None),
-                },
-            )
-            .collect();
+        let claims = pod_claims(
+            &self.spec.resource_claims,
+            &self.status.resource_claim_statuses,
+        );
         DevicePod {
             namespace: self.metadata.namespace.clone(),
             name: self.metadata.name.clone(),
@@ -337,6 +323,30 @@ impl ClaimingPod {
             deleting: self.metadata.deletion_timestamp.is_some(),
         }
     }
+}
+
+/// Upstream's `resourceclaim.Name` for each of a pod's claim entries (`docs/parity.md` §22.2).
+/// An entry with neither a claim nor a template names nothing, like one whose claim is not
+/// made yet.
+pub fn pod_claims(
+    claims: &[PodResourceClaim],
+    statuses: &[PodResourceClaimStatus],
+) -> Vec<PodClaim> {
+    claims
+        .iter()
+        .map(
+            |c| match (&c.resource_claim_name, &c.resource_claim_template_name) {
+                (Some(name), _) => PodClaim::Named(name.clone()),
+                (None, Some(_)) => PodClaim::FromTemplate(
+                    statuses
+                        .iter()
+                        .find(|s| s.name == c.name)
+                        .and_then(|s| s.resource_claim_name.clone()),
+                ),
+                (None, None) => PodClaim::FromTemplate(None),
+            },
+        )
+        .collect()
 }
 
 #[cfg(test)]

@@ -190,6 +190,26 @@ pub struct WirePodSpec {
     pub node_name: Option<String>,
     #[prost(message, repeated, tag = "22")]
     pub tolerations: Vec<WireToleration>,
+    #[prost(message, repeated, tag = "39")]
+    pub resource_claims: Vec<WirePodResourceClaim>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePodResourceClaim {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub resource_claim_name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub resource_claim_template_name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WirePodResourceClaimStatus {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub resource_claim_name: Option<String>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -214,6 +234,8 @@ pub struct WirePodStatus {
     pub phase: Option<Bytes>,
     #[prost(message, repeated, tag = "2")]
     pub conditions: Vec<WirePodCondition>,
+    #[prost(message, repeated, tag = "15")]
+    pub resource_claim_statuses: Vec<WirePodResourceClaimStatus>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -692,6 +714,15 @@ fn pod_spec(spec: WirePodSpec) -> slim::PodSpec {
                 toleration_seconds: t.toleration_seconds,
             })
             .collect(),
+        resource_claims: spec
+            .resource_claims
+            .into_iter()
+            .map(|c| super::device::PodResourceClaim {
+                name: c.name.unwrap_or_default(),
+                resource_claim_name: non_empty(c.resource_claim_name),
+                resource_claim_template_name: non_empty(c.resource_claim_template_name),
+            })
+            .collect(),
     }
 }
 
@@ -723,6 +754,14 @@ impl Decode for SlimPod {
                     .phase
                     .filter(|p| !p.is_empty())
                     .map(|p| String::from_utf8_lossy(&p).into_owned()),
+                resource_claim_statuses: status
+                    .resource_claim_statuses
+                    .into_iter()
+                    .map(|s| super::device::PodResourceClaimStatus {
+                        name: s.name.unwrap_or_default(),
+                        resource_claim_name: non_empty(s.resource_claim_name),
+                    })
+                    .collect(),
                 taint_disruption,
             }),
         })
@@ -939,9 +978,25 @@ mod tests {
                         toleration_seconds: None,
                     },
                 ],
+                resource_claims: vec![
+                    WirePodResourceClaim {
+                        name: Some("gpu".into()),
+                        resource_claim_name: None,
+                        resource_claim_template_name: Some("one-gpu".into()),
+                    },
+                    WirePodResourceClaim {
+                        name: Some("shared".into()),
+                        resource_claim_name: Some("fleet".into()),
+                        resource_claim_template_name: None,
+                    },
+                ],
             }),
             status: Some(WirePodStatus {
                 phase: Some(Bytes::from_static(b"Running")),
+                resource_claim_statuses: vec![WirePodResourceClaimStatus {
+                    name: Some("gpu".into()),
+                    resource_claim_name: Some("pod-gpu-abc".into()),
+                }],
                 conditions: vec![
                     WirePodCondition {
                         r#type: Some(Bytes::from_static(b"Ready")),
@@ -985,8 +1040,13 @@ mod tests {
                 {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
                  "effect": "NoExecute", "tolerationSeconds": 300},
                 {"operator": "Exists"}
+            ], "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                {"name": "shared", "resourceClaimName": "fleet"}
             ]},
-            "status": {"phase": "Running", "conditions": [
+            "status": {"phase": "Running",
+             "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "pod-gpu-abc"}],
+             "conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:00:01Z"},
                 {"type": "DisruptionTarget", "status": "True", "reason": TAINT_DISRUPTION_REASON,
                  "message": "Taint manager: deleting due to NoExecute taint",
@@ -1220,6 +1280,7 @@ mod tests {
         let pod = WirePod {
             status: Some(WirePodStatus {
                 phase: None,
+                resource_claim_statuses: vec![],
                 conditions: vec![
                     mark(Some(zero)),
                     mark(None),
@@ -1247,6 +1308,7 @@ mod tests {
             status: Some(WirePodStatus {
                 phase: Some(Bytes::from_static(b"Run\xffning")),
                 conditions: vec![],
+                resource_claim_statuses: vec![],
             }),
             ..WirePod::default()
         };

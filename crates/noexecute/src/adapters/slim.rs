@@ -134,6 +134,9 @@ pub struct PodSpec {
     pub node_name: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// DRA claims (device taints, `docs/parity.md` §22).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_claims: Vec<super::device::PodResourceClaim>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -141,6 +144,9 @@ pub struct PodSpec {
 pub struct PodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// Where the claims made from templates are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_claim_statuses: Vec<super::device::PodResourceClaimStatus>,
     /// When a taint eviction controller marked the pod for deletion: the last transition of
     /// its `DisruptionTarget` condition with reason `DeletionByTaintManager`. Only that
     /// condition is kept of the pod's conditions (the second-controller guard reads it).

@@ -30,6 +30,14 @@ use super::lease::Leadership;
 use super::metrics::Metrics;
 use super::ratelimit::RateLimiter;
 use crate::adapters::proto;
+use noexecute_engine::pipeline::DEVICE_EVENT_REASON;
+
+/// `source.component` of the Events: the node controller's, and the device controller's.
+#[derive(Clone, Debug)]
+pub struct Components {
+    pub node: String,
+    pub device: String,
+}
 
 /// client-go's broadcaster queue (`maxQueuedEvents`): beyond it, events are dropped.
 const QUEUE: usize = 1000;
@@ -43,6 +51,8 @@ pub const LEASE_ANNOTATION: &str = "noexecute.io/lease";
 struct Request {
     /// The object the event is about; its namespace is the event's.
     object: ObjectReference,
+    /// The device controller's Events name it as their source.
+    device: bool,
     event: UpstreamEvent,
     /// The term of leadership it belongs to.
     term: u64,
@@ -55,25 +65,38 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    /// Queue an event of term `term`; never blocks the controller loop.
+    /// Queue an event of term `term`; never blocks the controller loop. A device Event
+    /// (`DeviceTaintManagerEviction`) names the pod's UID and comes from the device
+    /// controller's component, as upstream's do (`docs/parity.md` §22.6).
     pub fn record(&self, pod: &PodRef, event: UpstreamEvent, term: u64) {
+        let device = event.reason == DEVICE_EVENT_REASON;
         let object = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             name: Some(pod.name.to_string()),
             namespace: Some(pod.namespace.to_string()),
+            uid: device.then(|| pod.uid.to_string()),
             ..Default::default()
         };
-        self.record_about(object, event, term);
+        self.queue(Request {
+            object,
+            device,
+            event,
+            term,
+        });
     }
 
     /// Queue an event of term `term` about any object (it must have a namespace).
     pub fn record_about(&self, object: ObjectReference, event: UpstreamEvent, term: u64) {
-        let request = Request {
+        self.queue(Request {
             object,
+            device: false,
             event,
             term,
-        };
+        });
+    }
+
+    fn queue(&self, request: Request) {
         if self.tx.try_send(request).is_err() {
             self.metrics.events_dropped.inc();
         }
@@ -83,7 +106,7 @@ impl EventSink {
     #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         requests: Requests,
-        component: String,
+        component: Components,
         instance: String,
         lease: String,
         leadership: Leadership,
@@ -126,7 +149,7 @@ struct Sender {
     /// Events are created in protobuf where the server takes it; their count is a JSON merge
     /// patch in any case.
     requests: Requests,
-    component: String,
+    component: Components,
     instance: String,
     lease: String,
     leadership: Leadership,
@@ -248,6 +271,11 @@ impl Sender {
             stamp.as_nanosecond() as u64
                 ^ (crate::adapters::time::random_fraction() * 65536.0) as u64
         );
+        let component = if r.device {
+            self.component.device.clone()
+        } else {
+            self.component.node.clone()
+        };
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -264,14 +292,14 @@ impl Sender {
             message: Some(r.event.message.clone()),
             type_: Some(r.event.type_.into()),
             source: Some(EventSource {
-                component: Some(self.component.clone()),
+                component: Some(component.clone()),
                 host: None,
             }),
             count: Some(1),
             first_timestamp: Some(K8sTime(stamp)),
             last_timestamp: Some(K8sTime(stamp)),
             event_time: None::<MicroTime>,
-            reporting_component: Some(self.component.clone()),
+            reporting_component: Some(component),
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
         };

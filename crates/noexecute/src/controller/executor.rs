@@ -51,6 +51,10 @@ use crate::adapters::slim::{ExecPod as Pod, SlimNode};
 pub const CONDITION_TYPE: &str = "DisruptionTarget";
 pub const CONDITION_REASON: &str = "DeletionByTaintManager";
 pub const CONDITION_MESSAGE: &str = "Taint manager: deleting due to NoExecute taint";
+/// The condition upstream's device-taint-eviction-controller writes (`docs/parity.md` §22.5),
+/// without `observedGeneration`.
+pub const DEVICE_CONDITION_REASON: &str = "DeletionByDeviceTaintManager";
+pub const DEVICE_CONDITION_MESSAGE: &str = "Device Taint manager: deleting due to NoExecute taint";
 
 /// What the executor needs besides its channels.
 #[derive(Clone, Debug)]
@@ -355,7 +359,7 @@ impl Executor {
     ) -> Result<Pod, Failure> {
         let path = pods_path(&a.pod.namespace);
         let name: &str = &a.pod.name;
-        let patch = condition_patch(uid, generation);
+        let patch = condition_patch(uid, generation, a.device.is_some());
         let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
         self.requests
             .object(|_| Request::new(&path).patch_subresource("status", name, &params, &patch))
@@ -482,7 +486,7 @@ impl Executor {
         control: &Control,
         prepaid: &mut Prepaid,
     ) -> AttemptResult {
-        if !has_condition(pod) {
+        if !has_condition(pod, a.device.is_some()) {
             let patch = self.patch_condition(a, uid, pod.metadata.generation);
             match self.call_prepaid("patch", prepaid, a, control, patch).await {
                 Ok(_) => {}
@@ -728,25 +732,38 @@ impl Prepaid {
 
 /// Upstream's `UpdatePodCondition` says no patch is needed when an identical condition is
 /// there.
-fn has_condition(pod: &Pod) -> bool {
+fn has_condition(pod: &Pod, device: bool) -> bool {
+    let (reason, message) = condition_words(device);
     pod.status.as_ref().is_some_and(|s| {
         s.conditions.iter().any(|c| {
             c.type_ == CONDITION_TYPE
                 && c.status == "True"
-                && c.reason.as_deref() == Some(CONDITION_REASON)
-                && c.message.as_deref() == Some(CONDITION_MESSAGE)
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
         })
     })
 }
 
+/// The condition's reason and message: the node controller's, or the device controller's.
+fn condition_words(device: bool) -> (&'static str, &'static str) {
+    if device {
+        (DEVICE_CONDITION_REASON, DEVICE_CONDITION_MESSAGE)
+    } else {
+        (CONDITION_REASON, CONDITION_MESSAGE)
+    }
+}
+
 /// The status patch: the condition (merged by type) and the UID as a precondition, as
 /// upstream's `PatchPodStatus` builds it.
-pub fn condition_patch(uid: &str, generation: Option<i64>) -> serde_json::Value {
+pub fn condition_patch(uid: &str, generation: Option<i64>, device: bool) -> serde_json::Value {
+    let (reason, message) = condition_words(device);
+    // Upstream's device controller sets no `observedGeneration`.
+    let generation = generation.filter(|_| !device);
     let mut condition = serde_json::json!({
         "type": CONDITION_TYPE,
         "status": "True",
-        "reason": CONDITION_REASON,
-        "message": CONDITION_MESSAGE,
+        "reason": reason,
+        "message": message,
         "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default(),
     });
     if let Some(g) = generation.filter(|g| *g > 0) {
@@ -764,10 +781,14 @@ mod tests {
 
     #[test]
     fn patch_carries_uid_and_condition() {
-        let p = condition_patch("u-1", Some(3));
+        let p = condition_patch("u-1", Some(3), false);
         assert_eq!(p["metadata"]["uid"], "u-1");
         assert_eq!(p["status"]["conditions"][0]["reason"], CONDITION_REASON);
         assert_eq!(p["status"]["conditions"][0]["observedGeneration"], 3);
+        let p = condition_patch("u-1", Some(3), true);
+        assert_eq!(p["status"]["conditions"][0]["reason"], DEVICE_CONDITION_REASON);
+        assert_eq!(p["status"]["conditions"][0]["message"], DEVICE_CONDITION_MESSAGE);
+        assert!(p["status"]["conditions"][0].get("observedGeneration").is_none());
     }
 
     #[test]

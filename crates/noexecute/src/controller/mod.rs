@@ -176,6 +176,14 @@ pub struct RunArgs {
         default_value = "taint-eviction-controller"
     )]
     pub event_component: String,
+    /// `source.component` of the device Events (`--device-taints`): upstream's device
+    /// controller's name by default.
+    #[arg(
+        long,
+        env = "NOEXECUTE_DEVICE_EVENT_COMPONENT",
+        default_value = "device-taint-eviction-controller"
+    )]
+    pub device_event_component: String,
     /// Log lines as `text` or `json` (one object a line); RUST_LOG sets the level.
     #[arg(long, env = "NOEXECUTE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -411,7 +419,10 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     );
     let (events, events_task) = events::EventSink::spawn(
         executor.requests(),
-        args.event_component.clone(),
+        events::Components {
+            node: args.event_component.clone(),
+            device: args.device_event_component.clone(),
+        },
         identity.clone(),
         lease_name.clone(),
         leadership.clone(),

@@ -239,6 +239,7 @@ impl<'p> Loader<'p> {
                     spec: slim::PodSpec {
                         node_name: item.spec.node_name,
                         tolerations: item.spec.tolerations,
+                        resource_claims: item.spec.resource_claims,
                     },
                     status: item.status,
                 });
@@ -267,6 +268,8 @@ struct ItemSpec {
     tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     #[serde(default)]
     taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    #[serde(default)]
+    resource_claims: Vec<crate::adapters::device::PodResourceClaim>,
 }
 
 /// Reads one field of an item into `item`; a field of an object of another kind (once the
