@@ -12,34 +12,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use noexecute::adapters::device::{ClaimingPod, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use noexecute_engine::device::{Devices, RuleCondition, TaintSource};
 use noexecute_engine::{TaintEffect, Time};
-use noexecute_testkit::{Plane, TestNamespace};
+use noexecute_testkit::{Plane, TestNamespace, dra};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-const APISERVER_ARGS: &str = "--feature-gates=DRADeviceTaints=true,DRADeviceTaintRules=true \
-                              --runtime-config=resource.k8s.io/v1beta2=true";
+const APISERVER_ARGS: &str = dra::APISERVER_ARGS;
 const DRIVER: &str = "gpu.example.com";
 
-fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "resource.k8s.io".into(),
-        version: version.into(),
-        api_version: format!("resource.k8s.io/{version}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
-fn object(ar: &ApiResource, value: serde_json::Value) -> Result<DynamicObject> {
-    let mut value = value;
-    value["apiVersion"] = json!(ar.api_version);
-    value["kind"] = json!(ar.kind);
-    Ok(serde_json::from_value(value)?)
-}
+use noexecute_testkit::dra::{object, resource};
 
 fn slim<T: DeserializeOwned>(o: &impl serde::Serialize) -> Result<T> {
     Ok(serde_json::from_value(serde_json::to_value(o)?)?)

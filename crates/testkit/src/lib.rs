@@ -324,6 +324,13 @@ impl Plane {
         Ok(())
     }
 
+    /// What `deploy/rbac-device-taints.yaml` grants besides (`--device-taints`).
+    pub fn install_device_rbac(&self) -> Result<()> {
+        self.install_rbac()?;
+        self.kubectl(&["apply", "-f", "deploy/rbac-device-taints.yaml"])?;
+        Ok(())
+    }
+
     /// A client with admin rights. Make one per test: a client is tied to the runtime it was
     /// made on.
     pub async fn admin_client(&self) -> Result<Client> {
@@ -1001,4 +1008,47 @@ impl Controller {
     pub fn exited(&mut self) -> Result<Option<i32>> {
         Ok(self.child.try_wait()?.map(|s| s.code().unwrap_or(-1)))
     }
+}
+
+/// DRA objects for tests (`resource.k8s.io`), as dynamic objects.
+pub mod dra {
+    use anyhow::Result;
+    use kube::api::{ApiResource, DynamicObject};
+    use serde_json::json;
+
+    /// A `resource.k8s.io` resource at `version`.
+    pub fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
+        ApiResource {
+            group: "resource.k8s.io".into(),
+            version: version.into(),
+            api_version: format!("resource.k8s.io/{version}"),
+            kind: kind.into(),
+            plural: plural.into(),
+        }
+    }
+
+    pub fn slices() -> ApiResource {
+        resource("v1", "ResourceSlice", "resourceslices")
+    }
+
+    pub fn claims() -> ApiResource {
+        resource("v1", "ResourceClaim", "resourceclaims")
+    }
+
+    pub fn rules() -> ApiResource {
+        resource("v1beta2", "DeviceTaintRule", "devicetaintrules")
+    }
+
+    /// `value` as an object of `ar` (its apiVersion and kind set).
+    pub fn object(ar: &ApiResource, value: serde_json::Value) -> Result<DynamicObject> {
+        let mut value = value;
+        value["apiVersion"] = json!(ar.api_version);
+        value["kind"] = json!(ar.kind);
+        Ok(serde_json::from_value(value)?)
+    }
+
+    /// kube-apiserver's flags that serve DeviceTaintRules (`DRADeviceTaintRules`, beta and off
+    /// by default in 1.36, and `resource.k8s.io/v1beta2`).
+    pub const APISERVER_ARGS: &str = "--feature-gates=DRADeviceTaints=true,DRADeviceTaintRules=true \
+                                      --runtime-config=resource.k8s.io/v1beta2=true";
 }

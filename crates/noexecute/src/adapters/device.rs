@@ -25,6 +25,8 @@ pub struct Meta {
     pub generation: i64,
     pub owner_references: Vec<OwnerReference>,
     pub deletion_timestamp: Option<WireTime>,
+    /// Where a watch resumes.
+    pub resource_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -324,6 +326,29 @@ impl ClaimingPod {
         }
     }
 }
+
+/// These objects are listed and watched in JSON: the protobuf decoder declares no DRA message.
+macro_rules! json_only {
+    ($($ty:ty => $list:literal),*) => {$(
+        impl super::proto::Decode for $ty {
+            const LIST_KIND: &'static str = $list;
+
+            fn from_proto(_: bytes::Bytes) -> Result<Self, super::proto::DecodeError> {
+                Err(super::proto::DecodeError::JsonOnly($list))
+            }
+
+            fn resource_version(&self) -> Option<&str> {
+                self.metadata.resource_version.as_deref()
+            }
+        }
+    )*};
+}
+
+json_only!(
+    ResourceSlice => "ResourceSliceList",
+    ResourceClaim => "ResourceClaimList",
+    DeviceTaintRule => "DeviceTaintRuleList"
+);
 
 /// Upstream's `resourceclaim.Name` for each of a pod's claim entries (`docs/parity.md` §22.2).
 /// An entry with neither a claim nor a template names nothing, like one whose claim is not

@@ -45,6 +45,8 @@ pub const PREFIX: [u8; 4] = *b"k8s\0";
 pub enum DecodeError {
     #[error("protobuf body does not start with the k8s\\0 prefix")]
     NoPrefix,
+    #[error("{0} is read in JSON only, not protobuf")]
+    JsonOnly(&'static str),
     #[error("protobuf {what}: {source}")]
     Message {
         what: &'static str,

@@ -42,8 +42,52 @@ impl Clock {
     }
 }
 
+/// The wall clock's offset from a [`Clock`], kept steady: it moves only when the wall clock
+/// is stepped (by more than a second). Device taints' times are compared for equality: a
+/// `timeAdded` converted twice must come out the same, which a fresh offset (read to the
+/// millisecond, twice) does not promise.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WallOffset {
+    ms: Option<i64>,
+}
+
+impl WallOffset {
+    /// `wall` on `clock`.
+    pub fn from_wall(&mut self, clock: &Clock, wall: Time) -> Time {
+        let fresh = crate::adapters::time::wall_clock().as_millis() - clock.now().as_millis();
+        Time::from_millis(wall.as_millis() - self.update(fresh))
+    }
+
+    fn update(&mut self, fresh: i64) -> i64 {
+        match self.ms {
+            Some(ms) if (fresh - ms).abs() <= 1000 => ms,
+            _ => {
+                self.ms = Some(fresh);
+                fresh
+            }
+        }
+    }
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Clock::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The offset holds through millisecond jitter, and follows a step of the wall clock.
+    #[test]
+    fn a_wall_offset_moves_only_with_a_step() {
+        let mut o = WallOffset::default();
+        assert_eq!(o.update(5), 5);
+        assert_eq!(o.update(6), 5);
+        assert_eq!(o.update(4), 5);
+        assert_eq!(o.update(1_005), 5);
+        assert_eq!(o.update(60_000), 60_000);
+        assert_eq!(o.update(59_999), 60_000);
     }
 }

@@ -28,7 +28,10 @@ use super::executor::{Control, Executor};
 use super::lease::{self, Leadership};
 use super::metrics::Metrics;
 use super::ratelimit::{Priority, RateLimiter};
-use super::watch::{NodeEvent, PodEvent, TAINT_EVENT_REASON, TaintEvent, Watch, Watches};
+use super::watch::{
+    ClaimEvent, NodeEvent, PodEvent, RuleEvent, SliceEvent, TAINT_EVENT_REASON, TaintEvent, Watch,
+    Watches,
+};
 use crate::adapters::convert;
 
 /// The heartbeat's period: the loop turns at least this often.
@@ -57,6 +60,8 @@ pub struct Driver {
     identity: String,
     /// `--node-selector`, to tell a node that left it from one deleted.
     node_selector: Option<crate::adapters::selector::Selector>,
+    /// Device taints' `timeAdded` onto the clock, steadily (they are compared for equality).
+    device_offset: super::clock::WallOffset,
 }
 
 /// Why the loop stopped.
@@ -100,6 +105,7 @@ impl Driver {
             gauges_stale: false,
             identity,
             node_selector,
+            device_offset: super::clock::WallOffset::default(),
         }
     }
 
@@ -236,7 +242,18 @@ impl Driver {
             nodes: mut node_rx,
             pods: mut pod_rx,
             taint_events: mut event_rx,
+            devices,
         } = watches;
+        let (mut slice_rx, mut claim_rx, mut rule_rx) = match devices {
+            Some(d) => (Some(d.slices), Some(d.claims), d.rules),
+            None => (None, None, None),
+        };
+        if self.pipeline.config().device_taints && rule_rx.is_none() {
+            // Not served: no rules, as upstream's controller has none then.
+            let now = self.clock.now();
+            self.pipeline.listing_started(Watched::Rules);
+            self.pipeline.listing_done(Watched::Rules, now);
+        }
         let mut leadership = self.leadership.clone();
         let mut seen = leadership.current();
         self.set_term(seen);
@@ -284,6 +301,18 @@ impl Driver {
                 },
                 event = pod_rx.recv() => match event {
                     Some(event) => self.pod_event(event),
+                    None => break Stop::WatchesEnded,
+                },
+                event = recv(&mut slice_rx) => match event {
+                    Some(event) => self.slice_event(event),
+                    None => break Stop::WatchesEnded,
+                },
+                event = recv(&mut claim_rx) => match event {
+                    Some(event) => self.claim_event(event),
+                    None => break Stop::WatchesEnded,
+                },
+                event = recv(&mut rule_rx) => match event {
+                    Some(event) => self.rule_event(event),
                     None => break Stop::WatchesEnded,
                 },
                 // The guard's watch: its end stops nothing.
@@ -391,6 +420,72 @@ impl Driver {
                     .delete_pod(&obs.namespace, &obs.name, Some(&obs.uid), now);
             }
             watcher::Event::InitDone => self.pipeline.listing_done(Watched::Pods, now),
+        }
+    }
+
+    /// A device taint's `timeAdded` (wall clock) onto the pipeline's clock.
+    fn device_taint(&mut self, taint: &mut noexecute_engine::Taint) {
+        if let Some(wall) = taint.time_added {
+            taint.time_added = Some(self.device_offset.from_wall(&self.clock, wall));
+        }
+    }
+
+    fn slice_event(&mut self, event: SliceEvent) {
+        let now = self.clock.now();
+        let event = match event {
+            Watch::Event(event) => event,
+            Watch::Failed => return self.pipeline.watch_failed(Watched::Slices),
+        };
+        match event {
+            watcher::Event::Init => self.pipeline.listing_started(Watched::Slices),
+            watcher::Event::InitApply(slice) | watcher::Event::Apply(slice) => {
+                let mut slice = slice.observe();
+                for device in &mut slice.devices {
+                    for taint in &mut device.taints {
+                        self.device_taint(taint);
+                    }
+                }
+                self.pipeline.upsert_slice(slice, now);
+            }
+            watcher::Event::Delete(slice) => self.pipeline.delete_slice(&slice.metadata.name, now),
+            watcher::Event::InitDone => self.pipeline.listing_done(Watched::Slices, now),
+        }
+    }
+
+    fn claim_event(&mut self, event: ClaimEvent) {
+        let now = self.clock.now();
+        let event = match event {
+            Watch::Event(event) => event,
+            Watch::Failed => return self.pipeline.watch_failed(Watched::Claims),
+        };
+        match event {
+            watcher::Event::Init => self.pipeline.listing_started(Watched::Claims),
+            watcher::Event::InitApply(claim) | watcher::Event::Apply(claim) => {
+                self.pipeline.upsert_claim(claim.observe(), now);
+            }
+            watcher::Event::Delete(claim) => {
+                let m = &claim.metadata;
+                self.pipeline.delete_claim(&m.namespace, &m.name, now);
+            }
+            watcher::Event::InitDone => self.pipeline.listing_done(Watched::Claims, now),
+        }
+    }
+
+    fn rule_event(&mut self, event: RuleEvent) {
+        let now = self.clock.now();
+        let event = match event {
+            Watch::Event(event) => event,
+            Watch::Failed => return self.pipeline.watch_failed(Watched::Rules),
+        };
+        match event {
+            watcher::Event::Init => self.pipeline.listing_started(Watched::Rules),
+            watcher::Event::InitApply(rule) | watcher::Event::Apply(rule) => {
+                let mut rule = rule.observe();
+                self.device_taint(&mut rule.taint);
+                self.pipeline.upsert_rule(rule, now);
+            }
+            watcher::Event::Delete(rule) => self.pipeline.delete_rule(&rule.metadata.name, now),
+            watcher::Event::InitDone => self.pipeline.listing_done(Watched::Rules, now),
         }
     }
 
@@ -531,6 +626,14 @@ impl Driver {
             }
             Effect::Device(action) => log_device_decision(&action),
         }
+    }
+}
+
+/// The next event of a watch that may not run (it never comes then).
+async fn recv<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

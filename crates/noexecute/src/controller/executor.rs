@@ -226,10 +226,19 @@ impl Executor {
                 if a.fallback() {
                     self.metrics.pdb_timeouts.inc();
                 }
-                self.metrics.pod_deletions.inc();
-                self.metrics
-                    .pod_deletion_duration
-                    .observe(self.clock.now().since(a.deadline).as_secs_f64());
+                let (count, duration) = if a.device.is_some() {
+                    (
+                        &self.metrics.device_pod_deletions,
+                        &self.metrics.device_pod_deletion_duration,
+                    )
+                } else {
+                    (
+                        &self.metrics.pod_deletions,
+                        &self.metrics.pod_deletion_duration,
+                    )
+                };
+                count.inc();
+                duration.observe(self.clock.now().since(a.deadline).as_secs_f64());
                 tracing::info!(pod = %a.pod, uid = %a.pod.uid, "evicted pod");
             }
             AttemptResult::WouldEvict => {
@@ -786,9 +795,19 @@ mod tests {
         assert_eq!(p["status"]["conditions"][0]["reason"], CONDITION_REASON);
         assert_eq!(p["status"]["conditions"][0]["observedGeneration"], 3);
         let p = condition_patch("u-1", Some(3), true);
-        assert_eq!(p["status"]["conditions"][0]["reason"], DEVICE_CONDITION_REASON);
-        assert_eq!(p["status"]["conditions"][0]["message"], DEVICE_CONDITION_MESSAGE);
-        assert!(p["status"]["conditions"][0].get("observedGeneration").is_none());
+        assert_eq!(
+            p["status"]["conditions"][0]["reason"],
+            DEVICE_CONDITION_REASON
+        );
+        assert_eq!(
+            p["status"]["conditions"][0]["message"],
+            DEVICE_CONDITION_MESSAGE
+        );
+        assert!(
+            p["status"]["conditions"][0]
+                .get("observedGeneration")
+                .is_none()
+        );
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct ResourceLabels {
 pub struct Metrics {
     pub pod_deletions: Counter,
     pub pod_deletion_duration: Histogram,
+    /// The device controller's two (`docs/parity.md` §22.6).
+    pub device_pod_deletions: Counter,
+    pub device_pod_deletion_duration: Histogram,
     pub scheduled_evictions: Gauge,
     pub pending_evictions: Gauge,
     pub api_errors: Family<VerbLabels, Counter>,
@@ -56,6 +59,8 @@ impl Metrics {
         let m = Metrics {
             pod_deletions: Counter::default(),
             pod_deletion_duration: Histogram::new(DELETION_BUCKETS),
+            device_pod_deletions: Counter::default(),
+            device_pod_deletion_duration: Histogram::new(DELETION_BUCKETS),
             scheduled_evictions: Gauge::default(),
             pending_evictions: Gauge::default(),
             api_errors: Family::default(),
@@ -85,6 +90,17 @@ impl Metrics {
             "pod_deletion_duration_seconds",
             "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via TaintEvictionController.",
             m.pod_deletion_duration.clone(),
+        );
+        let device = registry.sub_registry_with_prefix("device_taint_eviction_controller");
+        device.register(
+            "pod_deletions",
+            "Total number of Pods deleted by DeviceTaintEvictionController since its start.",
+            m.device_pod_deletions.clone(),
+        );
+        device.register(
+            "pod_deletion_duration_seconds",
+            "Latency, in seconds, between the time when a device taint effect has been activated and a Pod's deletion via DeviceTaintEvictionController.",
+            m.device_pod_deletion_duration.clone(),
         );
         let own = registry.sub_registry_with_prefix("noexecute");
         own.register(

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use noexecute_engine::Pipeline;
 use prometheus_client::registry::Registry;
@@ -132,6 +132,12 @@ pub struct RunArgs {
     /// evicting pods on watched nodes. Without it the replica warns and goes on.
     #[arg(long, env = "NOEXECUTE_REFUSE_IF_FOREIGN")]
     pub refuse_if_foreign: bool,
+    /// Evict for DRA device taints as well, in place of kube-controller-manager's
+    /// device-taint-eviction-controller (turn that off with
+    /// --controllers=*,-device-taint-eviction-controller). Watches ResourceSlices,
+    /// ResourceClaims (resource.k8s.io/v1) and DeviceTaintRules (v1beta2, where served).
+    #[arg(long, env = "NOEXECUTE_DEVICE_TAINTS")]
+    pub device_taints: bool,
     /// For the switch to or from upstream's controller, while it may still run: start each
     /// eviction this long after it falls due, reading the pod and its node first, so that whichever
     /// controller runs evicts it, once (see docs/operating.md, "The switch"). Unset: at once.
@@ -264,6 +270,43 @@ pub fn init_logging(format: LogFormat) {
 
 /// Exit codes: 0 after a clean shutdown, 1 when leadership was lost (restart to stand by again,
 /// as kube-controller-manager does).
+/// What the API server serves for `--device-taints`: ResourceSlices and ResourceClaims in
+/// `resource.k8s.io/v1` (required), DeviceTaintRules in `v1beta2` (optional, as upstream's
+/// controller reads them only with `DRADeviceTaintRules` on).
+async fn device_apis(client: &kube::Client) -> Result<watch::DeviceTaints> {
+    let served = |list: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList,
+                  name: &str| list.resources.iter().any(|r| r.name == name);
+    let v1 = client
+        .list_api_group_resources("resource.k8s.io/v1")
+        .await
+        .context("--device-taints: reading which resource.k8s.io/v1 resources are served (Kubernetes 1.34 or later is needed)")?;
+    anyhow::ensure!(
+        served(&v1, "resourceslices") && served(&v1, "resourceclaims"),
+        "--device-taints: the API server does not serve resourceslices and resourceclaims in resource.k8s.io/v1"
+    );
+    let rules = match client
+        .list_api_group_resources("resource.k8s.io/v1beta2")
+        .await
+    {
+        Ok(list) => served(&list, "devicetaintrules"),
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context("--device-taints: reading whether DeviceTaintRules are served"));
+        }
+    };
+    tracing::info!(
+        device_taint_rules = rules,
+        "device taints: watching ResourceSlices and ResourceClaims{}",
+        if rules {
+            " and DeviceTaintRules"
+        } else {
+            " (DeviceTaintRules are not served: none apply)"
+        }
+    );
+    Ok(watch::DeviceTaints { rules })
+}
+
 pub async fn run(args: RunArgs) -> Result<i32> {
     args.validate()?;
     let policy = args.policy.resolve_with(&args.actions)?;
@@ -432,11 +475,17 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         events_stop.clone(),
     );
     let executor = executor.with_events(events.clone());
+    let device_taints = if args.device_taints {
+        Some(device_apis(&client).await?)
+    } else {
+        None
+    };
     let watches = watch::spawn(
         client,
         args.page_size,
         args.api_content_type,
         server_selector,
+        device_taints,
         metrics.clone(),
         shutdown.clone(),
     );
@@ -444,6 +493,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         lease: Some(lease_name),
         refuse_if_foreign: args.refuse_if_foreign,
         handover: args.handover_delay,
+        device_taints: args.device_taints,
         ..policy.pipeline_config(
             args.engine.comparison_operators,
             args.concurrency,

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::listwatch::{self, ContentType};
 use super::metrics::Metrics;
+use crate::adapters::device::{DeviceTaintRule, ResourceClaim, ResourceSlice};
 use crate::adapters::slim::{SlimNode, SlimPod};
 
 /// What a watch delivers: its events, and word of each failure (it retries on its own).
@@ -39,11 +40,33 @@ pub type TaintEvent = Watch<Event>;
 /// The reason of upstream's (and noexecute's) Events about the pods they evict.
 pub const TAINT_EVENT_REASON: &str = "TaintManagerEviction";
 
+pub type SliceEvent = Watch<ResourceSlice>;
+pub type ClaimEvent = Watch<ResourceClaim>;
+pub type RuleEvent = Watch<DeviceTaintRule>;
+
 /// The receiving ends of the watches.
 pub struct Watches {
     pub nodes: mpsc::Receiver<NodeEvent>,
     pub pods: mpsc::Receiver<PodEvent>,
     pub taint_events: mpsc::Receiver<TaintEvent>,
+    /// With `--device-taints`.
+    pub devices: Option<DeviceWatches>,
+}
+
+/// The DRA watches of `--device-taints`, in JSON (`docs/parity.md` §22.1).
+pub struct DeviceWatches {
+    pub slices: mpsc::Receiver<SliceEvent>,
+    pub claims: mpsc::Receiver<ClaimEvent>,
+    /// `None` where the API server does not serve DeviceTaintRules (`v1beta2`): upstream's
+    /// controller then ignores rules as well.
+    pub rules: Option<mpsc::Receiver<RuleEvent>>,
+}
+
+/// What `--device-taints` watches.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTaints {
+    /// DeviceTaintRules are served (`resource.k8s.io/v1beta2`).
+    pub rules: bool,
 }
 
 async fn forward<K, E>(
@@ -107,6 +130,7 @@ pub fn spawn(
     page_size: u32,
     content_type: ContentType,
     node_selector: Option<&str>,
+    device_taints: Option<DeviceTaints>,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Watches {
@@ -130,6 +154,54 @@ pub fn spawn(
         client.clone(),
         config("/api/v1/pods", None, Some("spec.nodeName!=")),
     );
+    let devices = device_taints.map(|d| {
+        // Few and small objects, which the protobuf decoder does not know: JSON.
+        let json = |path: &str| listwatch::Config {
+            content_type: ContentType::Json,
+            ..config(path, None, None)
+        };
+        let (slice_tx, slices) = mpsc::channel(256);
+        let (claim_tx, claims) = mpsc::channel(1024);
+        tokio::spawn(forward(
+            listwatch::list_watch::<ResourceSlice>(
+                client.clone(),
+                json("/apis/resource.k8s.io/v1/resourceslices"),
+            ),
+            "resourceslices",
+            slice_tx,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(forward(
+            listwatch::list_watch::<ResourceClaim>(
+                client.clone(),
+                json("/apis/resource.k8s.io/v1/resourceclaims"),
+            ),
+            "resourceclaims",
+            claim_tx,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        let rules = d.rules.then(|| {
+            let (rule_tx, rules) = mpsc::channel(64);
+            tokio::spawn(forward(
+                listwatch::list_watch::<DeviceTaintRule>(
+                    client.clone(),
+                    json("/apis/resource.k8s.io/v1beta2/devicetaintrules"),
+                ),
+                "devicetaintrules",
+                rule_tx,
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            rules
+        });
+        DeviceWatches {
+            slices,
+            claims,
+            rules,
+        }
+    });
     let events = listwatch::list_watch::<Event>(
         client,
         config(
@@ -157,6 +229,7 @@ pub fn spawn(
         nodes: nodes_rx,
         pods: pods_rx,
         taint_events: events_rx,
+        devices,
     }
 }
 

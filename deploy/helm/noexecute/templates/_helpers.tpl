@@ -174,6 +174,9 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- else if and $c.refuseIfForeign (not .Values.policy.dryRun) }}
 - --refuse-if-foreign
 {{- end }}
+{{- if $c.deviceTaints }}
+- --device-taints
+{{- end }}
 {{- range $c.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -1,0 +1,295 @@
+//! `noexecute run --device-taints` against a real kube-apiserver that serves DeviceTaintRules,
+//! with exactly the RBAC of `deploy/rbac.yaml` and `deploy/rbac-device-taints.yaml`
+//! (`docs/parity.md` §22). No kube-controller-manager runs, so nothing but noexecute evicts.
+//!
+//! A driver's ResourceSlice publishes four GPUs; four pods each use a claim allocated one GPU
+//! and reserved for the pod (as the scheduler would leave it). Then:
+//! - the slice taints gpu-0 (untolerated), gpu-1 (tolerated for an hour) and gpu-2 (tolerated
+//!   for 6 s): the pod on gpu-0 is evicted at once, with upstream's device condition and
+//!   Event; the pod on gpu-2's taint is removed before its time runs out, which records
+//!   "Cancelling deletion"; neither it nor the pod on gpu-1 is evicted over the whole window;
+//! - a DeviceTaintRule taints gpu-3 (`NoExecute`): its pod is evicted too.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use noexecute_testkit::dra::{self, object};
+use noexecute_testkit::*;
+use serde_json::{Value, json};
+
+const DRIVER: &str = "gpu.example.com";
+const DEVICE_EVENT: &str = "DeviceTaintManagerEviction";
+
+fn binary() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_noexecute"))
+}
+
+fn device(name: &str, taint: Option<Value>) -> Value {
+    match taint {
+        Some(t) => json!({"name": name, "taints": [t]}),
+        None => json!({"name": name}),
+    }
+}
+
+fn ecc() -> Value {
+    json!({"key": "gpu.example.com/ecc", "value": "uncorrectable", "effect": "NoExecute"})
+}
+
+/// The slice: gpu-0..3, those in `tainted` with the ECC taint.
+fn slice_spec(pool: &str, tainted: &[&str]) -> Value {
+    let devices: Vec<Value> = ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+        .iter()
+        .map(|d| device(d, tainted.contains(d).then(ecc)))
+        .collect();
+    json!({
+        "driver": DRIVER,
+        "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+        "allNodes": true,
+        "devices": devices
+    })
+}
+
+/// A pod on `node` using the claim `NAME-gpu`, allocated `gpu`, tolerating the ECC taint for
+/// `seconds` (none: not at all).
+async fn pod_with_gpu(
+    ns: &TestNamespace,
+    claims: &Api<DynamicObject>,
+    node: &str,
+    pool: &str,
+    name: &str,
+    gpu: &str,
+    seconds: Option<i64>,
+) -> Result<Pod> {
+    let claim = format!("{name}-gpu");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns.name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}]
+        }
+    }))?;
+    let pod = ns.create_pod(&pod).await?;
+    let uid = pod.metadata.uid.clone().context("the pod's uid")?;
+    let ar = dra::claims();
+    claims
+        .create(
+            &PostParams::default(),
+            &object(
+                &ar,
+                json!({
+                    "metadata": {"name": claim},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                        "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}}
+                }),
+            )?,
+        )
+        .await
+        .with_context(|| format!("creating the claim {claim}"))?;
+    let mut result = json!({"request": "gpu", "driver": DRIVER, "pool": pool, "device": gpu});
+    if let Some(s) = seconds {
+        result["tolerations"] = json!([{"key": "gpu.example.com/ecc", "operator": "Exists",
+                                        "effect": "NoExecute", "tolerationSeconds": s}]);
+    }
+    claims
+        .patch_status(
+            &claim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "allocation": {"devices": {"results": [result]}},
+                "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]
+            }})),
+        )
+        .await
+        .with_context(|| format!("allocating the claim {claim}"))?;
+    Ok(pod)
+}
+
+/// The pod's Events of reason `DeviceTaintManagerEviction`: (message, component, UID named).
+async fn device_events(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+) -> Result<Vec<(String, String, String)>> {
+    Ok(pod_events(client, ns, pod)
+        .await?
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(DEVICE_EVENT))
+        .map(|e| {
+            (
+                e.message.unwrap_or_default(),
+                e.source.and_then(|s| s.component).unwrap_or_default(),
+                e.involved_object.uid.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()> {
+    let plane = Plane::up_with_env(
+        "device-taints",
+        &[],
+        &[("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS)],
+    )?;
+    plane.install_device_rbac()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "device-taints").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    let pool = format!("{}-pool", ns.name);
+    let slice_name = format!("{}-gpus", ns.name);
+    let slices: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::slices());
+    let claims: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &dra::claims());
+    let rules: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::rules());
+    slices
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::slices(),
+                json!({"metadata": {"name": slice_name}, "spec": slice_spec(&pool, &[])}),
+            )?,
+        )
+        .await
+        .context("creating the ResourceSlice")?;
+    let victim = pod_with_gpu(&ns, &claims, &node, &pool, "victim", "gpu-0", None).await?;
+    pod_with_gpu(&ns, &claims, &node, &pool, "patient", "gpu-1", Some(3600)).await?;
+    pod_with_gpu(&ns, &claims, &node, &pool, "recovers", "gpu-2", Some(6)).await?;
+    pod_with_gpu(&ns, &claims, &node, &pool, "ruled", "gpu-3", None).await?;
+
+    let selector = ns.node_selector();
+    let mut controller = Controller::start(
+        &plane,
+        binary(),
+        &ns.name,
+        &[
+            "--leader-elect=false",
+            "--node-selector",
+            &selector,
+            "--device-taints",
+        ],
+    )?;
+    controller.wait_ready(Duration::from_secs(30)).await?;
+    ensure!(
+        controller.log_text().contains("and DeviceTaintRules"),
+        "the controller found DeviceTaintRules served: {}",
+        controller.log_text()
+    );
+
+    // Taint gpu-0, gpu-1 and gpu-2 in the slice.
+    let log = EvictionLog::start(ns.pods());
+    let tainted = Instant::now();
+    slices
+        .patch(
+            &slice_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": slice_spec(&pool, &["gpu-0", "gpu-1", "gpu-2"])})),
+        )
+        .await
+        .context("tainting the devices")?;
+    let evicted = wait_evicted(&ns.pods(), "victim", Duration::from_secs(5)).await?;
+    println!(
+        "victim evicted {:?} after the slice taint",
+        evicted.seen_at.duration_since(tainted)
+    );
+    let last = evicted.last.context("the victim as last seen")?;
+    let c = condition(&last, "DisruptionTarget").context("the DisruptionTarget condition")?;
+    ensure!(
+        c.status == "True"
+            && c.reason.as_deref() == Some("DeletionByDeviceTaintManager")
+            && c.message.as_deref()
+                == Some("Device Taint manager: deleting due to NoExecute taint"),
+        "the device controller's condition: {c:?}"
+    );
+    let victim_uid = victim.metadata.uid.clone().context("uid")?;
+    let events = eventually(Duration::from_secs(5), "the victim's Event", || async {
+        let events = device_events(&admin, &ns.name, "victim").await?;
+        Ok((!events.is_empty()).then_some(events))
+    })
+    .await?;
+    ensure!(
+        events
+            == vec![(
+                "Marking for deletion".to_string(),
+                "device-taint-eviction-controller".to_string(),
+                victim_uid
+            )],
+        "upstream's device Event, about the pod's UID: {events:?}"
+    );
+
+    // gpu-2's taint goes away before its 6 s run out: "Cancelling deletion".
+    slices
+        .patch(
+            &slice_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": slice_spec(&pool, &["gpu-0", "gpu-1"])})),
+        )
+        .await
+        .context("untainting gpu-2")?;
+    let cancelled = eventually(Duration::from_secs(5), "Cancelling deletion", || async {
+        let events = device_events(&admin, &ns.name, "recovers").await?;
+        Ok(events
+            .iter()
+            .any(|(m, _, _)| m == "Cancelling deletion")
+            .then_some(events))
+    })
+    .await?;
+    ensure!(cancelled.len() == 1, "{cancelled:?}");
+
+    // A rule taints gpu-3: its pod goes too.
+    let rule_name = format!("{}-gpu-3", ns.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::rules(),
+                json!({
+                    "metadata": {"name": rule_name},
+                    "spec": {
+                        "deviceSelector": {"driver": DRIVER, "pool": pool, "device": "gpu-3"},
+                        "taint": {"key": "maintenance", "effect": "NoExecute"}
+                    }
+                }),
+            )?,
+        )
+        .await
+        .context("creating the DeviceTaintRule")?;
+    wait_evicted(&ns.pods(), "ruled", Duration::from_secs(5)).await?;
+
+    // Over the rest of the window (past gpu-2's 6 s), the tolerating pods stay.
+    let window_end = tainted + Duration::from_secs(9);
+    assert_not_evicted_for(
+        &ns.pods(),
+        "recovers",
+        window_end.saturating_duration_since(Instant::now()),
+    )
+    .await?;
+    ensure!(
+        log.names() == vec!["ruled".to_string(), "victim".to_string()],
+        "evicted over the window: {:?}",
+        log.names()
+    );
+    controller
+        .wait_metric(
+            "device_taint_eviction_controller_pod_deletions_total",
+            2.0,
+            Duration::from_secs(5),
+        )
+        .await?;
+    ensure!(
+        controller
+            .metric("taint_eviction_controller_pod_deletions_total")
+            .await?
+            == Some(0.0),
+        "device evictions are the device controller's metric, not the node controller's"
+    );
+
+    rules.delete(&rule_name, &Default::default()).await?;
+    slices.delete(&slice_name, &Default::default()).await?;
+    ns.cleanup().await?;
+    plane.down()?;
+    Ok(())
+}
