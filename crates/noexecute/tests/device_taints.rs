@@ -9,6 +9,9 @@
 //!   Event; the pod on gpu-2's taint is removed before its time runs out, which records
 //!   "Cancelling deletion"; neither it nor the pod on gpu-1 is evicted over the whole window;
 //! - a DeviceTaintRule taints gpu-3 (`NoExecute`): its pod is evicted too.
+//!
+//! The same scenario and checks run against upstream's `device-taint-eviction-controller`
+//! (kube-controller-manager with only it, on a plane of its own): both must pass them.
 
 use std::time::{Duration, Instant};
 
@@ -129,12 +132,43 @@ async fn device_events(
         .collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()> {
+/// What one controller did with the scenario.
+#[derive(Debug)]
+struct Outcome {
+    /// Seconds from the slice taint to the victim's eviction, and from the rule to its pod's.
+    victim_after: Duration,
+    ruled_after: Duration,
+}
+
+/// Who evicts: noexecute (`run --device-taints`) or upstream's device-taint-eviction-controller.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Who {
+    Noexecute,
+    Upstream,
+}
+
+/// The scenario of the module documentation, on a plane of its own; every check applies to
+/// both controllers alike.
+async fn scenario(who: Who) -> Result<Outcome> {
+    let name = match who {
+        Who::Noexecute => "device-taints",
+        Who::Upstream => "device-taints-upstream",
+    };
+    let (controllers, kcm_args): (&[&str], &str) = match who {
+        Who::Noexecute => (&[], ""),
+        // Only upstream's device controller, with the rules' gate as the API server has it.
+        Who::Upstream => (
+            &["device-taint-eviction-controller"],
+            "--feature-gates=DRADeviceTaintRules=true",
+        ),
+    };
     let plane = Plane::up_with_env(
-        "device-taints",
-        &[],
-        &[("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS)],
+        name,
+        controllers,
+        &[
+            ("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS),
+            ("NOEXECUTE_KCM_ARGS", kcm_args),
+        ],
     )?;
     plane.install_device_rbac()?;
     let admin = plane.admin_client().await?;
@@ -161,23 +195,31 @@ async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()>
     pod_with_gpu(&ns, &claims, &node, &pool, "ruled", "gpu-3", None).await?;
 
     let selector = ns.node_selector();
-    let mut controller = Controller::start(
-        &plane,
-        binary(),
-        &ns.name,
-        &[
-            "--leader-elect=false",
-            "--node-selector",
-            &selector,
-            "--device-taints",
-        ],
-    )?;
-    controller.wait_ready(Duration::from_secs(30)).await?;
-    ensure!(
-        controller.log_text().contains("and DeviceTaintRules"),
-        "the controller found DeviceTaintRules served: {}",
-        controller.log_text()
-    );
+    let mut controller = match who {
+        Who::Noexecute => {
+            let mut c = Controller::start(
+                &plane,
+                binary(),
+                &ns.name,
+                &[
+                    "--leader-elect=false",
+                    "--node-selector",
+                    &selector,
+                    "--device-taints",
+                ],
+            )?;
+            c.wait_ready(Duration::from_secs(30)).await?;
+            ensure!(
+                c.log_text().contains("and DeviceTaintRules"),
+                "the controller found DeviceTaintRules served: {}",
+                c.log_text()
+            );
+            Some(c)
+        }
+        Who::Upstream => None,
+    };
+    // Let the controller see the objects before the taint, as in a running cluster.
+    tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Taint gpu-0, gpu-1 and gpu-2 in the slice.
     let log = EvictionLog::start(ns.pods());
@@ -191,10 +233,7 @@ async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()>
         .await
         .context("tainting the devices")?;
     let evicted = wait_evicted(&ns.pods(), "victim", Duration::from_secs(5)).await?;
-    println!(
-        "victim evicted {:?} after the slice taint",
-        evicted.seen_at.duration_since(tainted)
-    );
+    let victim_after = evicted.seen_at.duration_since(tainted);
     let last = evicted.last.context("the victim as last seen")?;
     let c = condition(&last, "DisruptionTarget").context("the DisruptionTarget condition")?;
     ensure!(
@@ -241,6 +280,7 @@ async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()>
 
     // A rule taints gpu-3: its pod goes too.
     let rule_name = format!("{}-gpu-3", ns.name);
+    let ruled_at = Instant::now();
     rules
         .create(
             &PostParams::default(),
@@ -257,7 +297,8 @@ async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()>
         )
         .await
         .context("creating the DeviceTaintRule")?;
-    wait_evicted(&ns.pods(), "ruled", Duration::from_secs(5)).await?;
+    let ruled = wait_evicted(&ns.pods(), "ruled", Duration::from_secs(5)).await?;
+    let ruled_after = ruled.seen_at.duration_since(ruled_at);
 
     // Over the rest of the window (past gpu-2's 6 s), the tolerating pods stay.
     let window_end = tainted + Duration::from_secs(9);
@@ -272,24 +313,44 @@ async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()>
         "evicted over the window: {:?}",
         log.names()
     );
-    controller
-        .wait_metric(
-            "device_taint_eviction_controller_pod_deletions_total",
-            2.0,
-            Duration::from_secs(5),
-        )
-        .await?;
-    ensure!(
+    if let Some(controller) = &mut controller {
         controller
-            .metric("taint_eviction_controller_pod_deletions_total")
-            .await?
-            == Some(0.0),
-        "device evictions are the device controller's metric, not the node controller's"
-    );
+            .wait_metric(
+                "device_taint_eviction_controller_pod_deletions_total",
+                2.0,
+                Duration::from_secs(5),
+            )
+            .await?;
+        ensure!(
+            controller
+                .metric("taint_eviction_controller_pod_deletions_total")
+                .await?
+                == Some(0.0),
+            "device evictions are the device controller's metric, not the node controller's"
+        );
+    }
 
     rules.delete(&rule_name, &Default::default()).await?;
     slices.delete(&slice_name, &Default::default()).await?;
     ns.cleanup().await?;
     plane.down()?;
+    Ok(Outcome {
+        victim_after,
+        ruled_after,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()> {
+    let ours = scenario(Who::Noexecute).await?;
+    println!("noexecute: {ours:?}");
+    Ok(())
+}
+
+/// The reference: the same scenario and the same checks pass with upstream's controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_device_controller_passes_the_same_checks() -> Result<()> {
+    let upstream = scenario(Who::Upstream).await?;
+    println!("upstream: {upstream:?}");
     Ok(())
 }
