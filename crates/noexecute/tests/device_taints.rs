@@ -343,7 +343,10 @@ async fn scenario(who: Who) -> Result<Outcome> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()> {
     let ours = scenario(Who::Noexecute).await?;
-    println!("noexecute: {ours:?}");
+    println!(
+        "noexecute: victim evicted {:?} after the slice taint, ruled {:?} after the rule",
+        ours.victim_after, ours.ruled_after
+    );
     Ok(())
 }
 
@@ -351,6 +354,9 @@ async fn device_taints_evict_as_upstreams_device_controller_does() -> Result<()>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstreams_device_controller_passes_the_same_checks() -> Result<()> {
     let upstream = scenario(Who::Upstream).await?;
-    println!("upstream: {upstream:?}");
+    println!(
+        "upstream: victim evicted {:?} after the slice taint, ruled {:?} after the rule",
+        upstream.victim_after, upstream.ruled_after
+    );
     Ok(())
 }
