@@ -290,6 +290,8 @@ pub struct Devices {
     /// Pods evicted for each rule (by UID) since the start, for its status.
     rule_evictions: BTreeMap<Uid, u64>,
     actions: VecDeque<DeviceAction>,
+    /// A slice or rule changed since [`Devices::take_counts_changed`] last said so.
+    counts_changed: bool,
 }
 
 impl Devices {
@@ -374,8 +376,52 @@ impl Devices {
         self.fired.insert(pod.clone());
     }
 
+    /// Whether the device counts may have changed since the last call (a slice or a rule was
+    /// added, changed or deleted).
+    pub fn take_counts_changed(&mut self) -> bool {
+        std::mem::take(&mut self.counts_changed)
+    }
+
+    /// (published devices, devices with a `NoExecute` taint from their slice or a rule): the
+    /// devices of every pool's newest generation. O(devices × rules).
+    pub fn device_counts(&self) -> (usize, usize) {
+        let rules: Vec<&Rule> = self
+            .rules
+            .values()
+            .filter(|r| r.taint.effect == TaintEffect::NoExecute)
+            .collect();
+        let (mut published, mut tainted) = (0, 0);
+        for pool in self.pools.values() {
+            for slice in pool.current() {
+                for device in &slice.devices {
+                    published += 1;
+                    let by_slice = device
+                        .taints
+                        .iter()
+                        .any(|t| t.effect == TaintEffect::NoExecute);
+                    let by_rule = || {
+                        let at = AllocatedDevice {
+                            driver: slice.driver.clone(),
+                            pool: slice.pool.clone(),
+                            device: device.name.clone(),
+                            tolerations: Vec::new(),
+                        };
+                        rules
+                            .iter()
+                            .any(|r| r.selector.as_ref().is_some_and(|s| s.matches(&at)))
+                    };
+                    if by_slice || by_rule() {
+                        tainted += 1;
+                    }
+                }
+            }
+        }
+        (published, tainted)
+    }
+
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, slice: Slice) {
+        self.counts_changed = true;
         let id = (slice.driver.clone(), slice.pool.clone());
         let name = slice.name.clone();
         if let Some(old) = self.slice_pool.get(&name).cloned()
@@ -393,6 +439,7 @@ impl Devices {
 
     /// A ResourceSlice was deleted.
     pub fn delete_slice(&mut self, name: &str) {
+        self.counts_changed = true;
         if let Some(id) = self.slice_pool.remove(name) {
             self.change_pool(&id, |pool| {
                 pool.slices.remove(name);
@@ -443,6 +490,7 @@ impl Devices {
 
     /// A DeviceTaintRule was added or changed.
     pub fn upsert_rule(&mut self, rule: Rule) {
+        self.counts_changed = true;
         if let Some(old) = self.rules.get(&rule.name)
             && old.uid == rule.uid
             && old.selector == rule.selector
@@ -456,6 +504,7 @@ impl Devices {
 
     /// A DeviceTaintRule was deleted.
     pub fn delete_rule(&mut self, name: &str) {
+        self.counts_changed = true;
         if let Some(rule) = self.rules.remove(name) {
             self.rule_evictions.remove(&rule.uid);
             self.redecide_all_claims();

@@ -63,8 +63,17 @@ impl PaceConfig {
 /// The brake engaged or let go; the caller records it (event, metric, log).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum BrakeChange {
-    Engaged { tainted: usize, nodes: usize },
-    Released { tainted: usize, nodes: usize },
+    Engaged {
+        tainted: usize,
+        nodes: usize,
+        /// (published devices, `NoExecute`-tainted devices), with `--device-taints`.
+        devices: (usize, usize),
+    },
+    Released {
+        tainted: usize,
+        nodes: usize,
+        devices: (usize, usize),
+    },
 }
 
 /// A token bucket: `rate.per_second` tokens a second, at most `rate.burst` saved. The one
@@ -163,6 +172,8 @@ pub struct Pacer<T> {
     released: HashSet<Arc<str>>,
     release_all: bool,
     counts: (usize, usize),
+    /// (published devices, tainted devices).
+    device_counts: (usize, usize),
 }
 
 impl<T> Pacer<T> {
@@ -180,6 +191,7 @@ impl<T> Pacer<T> {
             released: HashSet::new(),
             release_all: false,
             counts: (0, 0),
+            device_counts: (0, 0),
         }
     }
 
@@ -379,19 +391,49 @@ impl<T> Pacer<T> {
     /// brake's change, if any.
     pub fn set_node_counts(&mut self, nodes: usize, tainted: usize) -> Option<BrakeChange> {
         self.counts = (nodes, tainted);
+        self.update_brake()
+    }
+
+    /// The devices' counts (`--device-taints`): (published devices, devices with a
+    /// `NoExecute` taint, from their slice or a rule). The brake holds when either share is
+    /// over the threshold (each with at least the minimum count tainted).
+    pub fn set_device_counts(&mut self, devices: usize, tainted: usize) -> Option<BrakeChange> {
+        self.device_counts = (devices, tainted);
+        self.update_brake()
+    }
+
+    /// The (devices, tainted devices) counts last given.
+    pub fn device_counts(&self) -> (usize, usize) {
+        self.device_counts
+    }
+
+    fn update_brake(&mut self) -> Option<BrakeChange> {
         let brake = self.config.brake?;
-        let over = nodes > 0
-            && tainted >= brake.min_tainted_nodes.max(1)
-            && (tainted as f64) * 100.0 > brake.threshold_percent * nodes as f64;
+        let over_share = |(all, tainted): (usize, usize)| {
+            all > 0
+                && tainted >= brake.min_tainted_nodes.max(1)
+                && (tainted as f64) * 100.0 > brake.threshold_percent * all as f64
+        };
+        let over = over_share(self.counts) || over_share(self.device_counts);
         if over == self.braking {
             return None;
         }
         self.braking = over;
         self.rebuild_ready();
+        let (nodes, tainted) = self.counts;
+        let devices = self.device_counts;
         Some(if over {
-            BrakeChange::Engaged { tainted, nodes }
+            BrakeChange::Engaged {
+                tainted,
+                nodes,
+                devices,
+            }
         } else {
-            BrakeChange::Released { tainted, nodes }
+            BrakeChange::Released {
+                tainted,
+                nodes,
+                devices,
+            }
         })
     }
 
@@ -612,7 +654,8 @@ mod tests {
             p.set_node_counts(4, 3),
             Some(BrakeChange::Engaged {
                 tainted: 3,
-                nodes: 4
+                nodes: 4,
+                devices: (0, 0)
             })
         );
         p.offer(EvictionId(1), node("a"), t(0), 1);
@@ -637,7 +680,8 @@ mod tests {
             p.set_node_counts(4, 1),
             Some(BrakeChange::Released {
                 tainted: 1,
-                nodes: 4
+                nodes: 4,
+                devices: (0, 0)
             })
         );
         out.clear();

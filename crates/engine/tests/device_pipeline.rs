@@ -451,3 +451,83 @@ fn a_dry_run_device_attempt_changes_nothing() {
     assert_eq!(started.len(), 1);
     assert_eq!(started[0].finish(), Finish::Nothing);
 }
+
+fn braking_config() -> PipelineConfig {
+    PipelineConfig {
+        pace: noexecute_engine::PaceConfig {
+            brake: Some(noexecute_engine::pace::Brake {
+                threshold_percent: 50.0,
+                min_tainted_nodes: 1,
+            }),
+            ..noexecute_engine::PaceConfig::default()
+        },
+        ..config()
+    }
+}
+
+fn pool_rule(name: &str, device: Option<&str>) -> Rule {
+    Rule {
+        name: name.into(),
+        uid: Uid::new(&format!("{name}-uid")),
+        selector: Some(Selector {
+            pool: Some("node-a".into()),
+            device: device.map(Into::into),
+            ..Selector::default()
+        }),
+        taint: no_execute(t(0)),
+    }
+}
+
+/// The brake counts devices: a rule that taints every device of the pool (100% > 50%) holds
+/// every eviction, with no node tainted at all; a rule on one device of two (50%, not more)
+/// evicts its pod (the positive control). Releasing the node lets its pods go.
+#[test]
+fn the_brake_holds_a_rule_that_taints_most_devices() {
+    let mut p = Pipeline::acting(braking_config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_slice(slice(&[], t(0)), t(0));
+    for (name, gpu) in [("train-0", "gpu-0"), ("train-1", "gpu-1")] {
+        p.upsert_claim(claim(name, gpu, None), t(0));
+        p.upsert_pod(pod(name), t(0));
+    }
+    drain(&mut p);
+    p.upsert_rule(pool_rule("one", Some("gpu-0")), t(1));
+    let effects = drain(&mut p);
+    assert_eq!(
+        started_pods(&effects),
+        vec!["ml/train-0"],
+        "50% does not brake"
+    );
+
+    let mut p = Pipeline::acting(braking_config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_slice(slice(&[], t(0)), t(0));
+    for (name, gpu) in [("train-0", "gpu-0"), ("train-1", "gpu-1")] {
+        p.upsert_claim(claim(name, gpu, None), t(0));
+        p.upsert_pod(pod(name), t(0));
+    }
+    drain(&mut p);
+    p.upsert_rule(pool_rule("all", None), t(1));
+    let effects = drain(&mut p);
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            Effect::Brake(noexecute_engine::BrakeChange::Engaged {
+                devices: (2, 2),
+                tainted: 0,
+                ..
+            })
+        )),
+        "{effects:#?}"
+    );
+    let all = {
+        let mut all = effects;
+        all.extend(run_until(&mut p, t(7200), &AttemptResult::Evicted));
+        all
+    };
+    assert_eq!(starts(&all), vec![], "held over the whole window");
+    assert_eq!(p.paced(), 2);
+    // An operator releases the node: its pods go.
+    p.upsert_node(&node(false), true, t(7200));
+    assert_eq!(started_pods(&drain(&mut p)).len(), 2);
+}

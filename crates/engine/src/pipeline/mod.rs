@@ -151,7 +151,12 @@ pub struct Term {
 /// What holds a due eviction back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum PacedBy {
-    Brake { tainted: usize, nodes: usize },
+    Brake {
+        tainted: usize,
+        nodes: usize,
+        /// (published devices, tainted devices), with `--device-taints`.
+        devices: (usize, usize),
+    },
     RateLimit,
 }
 
@@ -1719,7 +1724,11 @@ impl Pipeline {
     fn held_by(&self, node: Option<&str>) -> PacedBy {
         if self.pacer.brake_holds(node) {
             let (nodes, tainted) = self.pacer.node_counts();
-            PacedBy::Brake { tainted, nodes }
+            PacedBy::Brake {
+                tainted,
+                nodes,
+                devices: self.pacer.device_counts(),
+            }
         } else {
             PacedBy::RateLimit
         }
@@ -1761,7 +1770,13 @@ impl Pipeline {
     /// holds, release from the pacer into the queue and start attempts while slots are free.
     fn pace(&mut self, now: Time) {
         let (nodes, tainted) = self.engine.node_counts();
-        if let Some(change) = self.pacer.set_node_counts(nodes, tainted) {
+        let mut changes = Vec::new();
+        changes.extend(self.pacer.set_node_counts(nodes, tainted));
+        if self.devices.core.take_counts_changed() {
+            let (devices, tainted) = self.devices.core.device_counts();
+            changes.extend(self.pacer.set_device_counts(devices, tainted));
+        }
+        for change in changes {
             if matches!(change, BrakeChange::Engaged { .. }) {
                 self.rebrake = true;
             }
@@ -1929,6 +1944,16 @@ impl Pipeline {
     pub fn brake_event(&self, braking: bool) -> UpstreamEvent {
         let (nodes, tainted, share) = self.brake_counts();
         let threshold = self.pacer.brake_threshold();
+        let (devices, tainted_devices) = self.pacer.device_counts();
+        // With device taints, the devices' share too (either share over the threshold holds).
+        let devices = if devices > 0 {
+            format!(
+                " and {tainted_devices} of {devices} devices ({:.1}%)",
+                tainted_devices as f64 * 100.0 / devices as f64
+            )
+        } else {
+            String::new()
+        };
         if braking {
             let how = if self.config.release_brake {
                 "released by --release-brake: evictions continue".to_string()
@@ -1943,7 +1968,7 @@ impl Pipeline {
                 type_: "Warning",
                 reason: "EvictionBrakeEngaged",
                 message: format!(
-                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, more than the brake threshold of {threshold}%: {how}"
+                    "{tainted} of {nodes} nodes ({share:.1}%){devices} carry NoExecute taints, more than the brake threshold of {threshold}%: {how}"
                 ),
             }
         } else {
@@ -1951,7 +1976,7 @@ impl Pipeline {
                 type_: "Normal",
                 reason: "EvictionBrakeReleased",
                 message: format!(
-                    "{tainted} of {nodes} nodes ({share:.1}%) carry NoExecute taints, within the brake threshold of {threshold}%: evictions resume"
+                    "{tainted} of {nodes} nodes ({share:.1}%){devices} carry NoExecute taints, within the brake threshold of {threshold}%: evictions resume"
                 ),
             }
         }

@@ -575,8 +575,12 @@ impl Driver {
             } => self.foreign(&pod, &evidence, first, refusing),
             Effect::Decided(action) => log_decision(&action),
             Effect::Paced { pod, by, .. } => match by {
-                PacedBy::Brake { tainted, nodes } => {
-                    tracing::info!(pod = %pod, tainted, nodes, "due eviction held by the mass-eviction brake")
+                PacedBy::Brake {
+                    tainted,
+                    nodes,
+                    devices: (devices, tainted_devices),
+                } => {
+                    tracing::info!(pod = %pod, tainted, nodes, devices, tainted_devices, "due eviction held by the mass-eviction brake")
                 }
                 PacedBy::RateLimit => {
                     tracing::debug!(pod = %pod, "due eviction held by the rate limits")
@@ -586,21 +590,33 @@ impl Driver {
                 let threshold = self.pipeline.brake_threshold();
                 let held = self.pipeline.paced();
                 match change {
-                    BrakeChange::Engaged { tainted, nodes } => {
+                    BrakeChange::Engaged {
+                        tainted,
+                        nodes,
+                        devices: (devices, tainted_devices),
+                    } => {
                         self.metrics.brake_engagements.inc();
                         tracing::warn!(
                             tainted,
                             nodes,
+                            devices,
+                            tainted_devices,
                             threshold_percent = threshold,
                             held,
                             released = self.pipeline.config().release_brake,
                             "mass-eviction brake engaged: evictions paused"
                         );
                     }
-                    BrakeChange::Released { tainted, nodes } => {
+                    BrakeChange::Released {
+                        tainted,
+                        nodes,
+                        devices: (devices, tainted_devices),
+                    } => {
                         tracing::info!(
                             tainted,
                             nodes,
+                            devices,
+                            tainted_devices,
                             threshold_percent = threshold,
                             held,
                             "mass-eviction brake let go: evictions resume"

@@ -230,6 +230,7 @@ pub fn run(
                 PipelineEffect::Brake(noexecute_engine::BrakeChange::Engaged {
                     tainted,
                     nodes,
+                    ..
                 }) => brake = Some((tainted, nodes)),
                 PipelineEffect::Start(attempt) => {
                     let pod = attempt.pod.to_string();

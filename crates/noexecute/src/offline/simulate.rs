@@ -232,7 +232,7 @@ impl Sim<'_> {
     fn brake_entry(&mut self, change: BrakeChange) {
         let threshold = self.pipeline.brake_threshold();
         let (kind, tainted, nodes, what) = match change {
-            BrakeChange::Engaged { tainted, nodes } => (
+            BrakeChange::Engaged { tainted, nodes, .. } => (
                 Kind::BrakeEngaged,
                 tainted,
                 nodes,
@@ -242,7 +242,7 @@ impl Sim<'_> {
                     format!("more than the {threshold}% threshold: evictions paused")
                 },
             ),
-            BrakeChange::Released { tainted, nodes } => (
+            BrakeChange::Released { tainted, nodes, .. } => (
                 Kind::BrakeReleased,
                 tainted,
                 nodes,
@@ -318,7 +318,7 @@ impl Sim<'_> {
                 }
                 Effect::Paced { pod, by, .. } => {
                     let reason = match by {
-                        PacedBy::Brake { tainted, nodes } => format!(
+                        PacedBy::Brake { tainted, nodes, .. } => format!(
                             "mass-eviction brake: {tainted} of {nodes} nodes NoExecute-tainted"
                         ),
                         PacedBy::RateLimit => "rate limit".into(),
