@@ -369,6 +369,16 @@ impl Devices {
         self.fired.insert(pod.clone());
     }
 
+    /// An eviction of a pod the core no longer knows (deleted while its attempt was in
+    /// flight) went through: each rule among its reasons counts one more evicted pod.
+    pub fn count_eviction(&mut self, eviction: &DeviceEviction) {
+        for reason in &eviction.reasons {
+            if let TaintSource::Rule { uid, .. } = reason {
+                *self.rule_evictions.entry(uid.clone()).or_default() += 1;
+            }
+        }
+    }
+
     /// The eviction found the pod gone (404, or another pod under its name): as
     /// [`Devices::evicted`], but no rule counts it (§22.5).
     pub fn gone(&mut self, pod: &PodKey) {

@@ -10,7 +10,8 @@ use noexecute_engine::device::{
     AllocatedDevice, Claim, Consumer, Device, PodClaim, Rule, Selector, Slice,
 };
 use noexecute_engine::pipeline::{
-    Attempt, AttemptReport, AttemptResult, DEVICE_EVENT_REASON, Effect, Finish, Plan, Term, Watched,
+    Attempt, AttemptReport, AttemptResult, DEVICE_EVENT_REASON, Effect, Finish, Plan, RuleStatus,
+    RuleWrite, Term, Watched, WrittenCondition,
 };
 use noexecute_engine::{
     NodeObservation, Operator, Pipeline, PipelineConfig, PodObservation, Taint, TaintEffect, Time,
@@ -367,6 +368,7 @@ fn an_excluded_pod_is_not_evicted_for_its_devices() {
             }),
             taint: no_execute(t(0)),
         },
+        RuleStatus::default(),
         t(0),
     );
     for name in ["train-0", "train-1"] {
@@ -491,7 +493,7 @@ fn the_brake_holds_a_rule_that_taints_most_devices() {
         p.upsert_pod(pod(name), t(0));
     }
     drain(&mut p);
-    p.upsert_rule(pool_rule("one", Some("gpu-0")), t(1));
+    p.upsert_rule(pool_rule("one", Some("gpu-0")), RuleStatus::default(), t(1));
     let effects = drain(&mut p);
     assert_eq!(
         started_pods(&effects),
@@ -507,7 +509,7 @@ fn the_brake_holds_a_rule_that_taints_most_devices() {
         p.upsert_pod(pod(name), t(0));
     }
     drain(&mut p);
-    p.upsert_rule(pool_rule("all", None), t(1));
+    p.upsert_rule(pool_rule("all", None), RuleStatus::default(), t(1));
     let effects = drain(&mut p);
     assert!(
         effects.iter().any(|e| matches!(
@@ -530,4 +532,151 @@ fn the_brake_holds_a_rule_that_taints_most_devices() {
     // An operator releases the node: its pods go.
     p.upsert_node(&node(false), true, t(7200));
     assert_eq!(started_pods(&drain(&mut p)).len(), 2);
+}
+
+fn rule_writes(effects: &[Effect]) -> Vec<RuleWrite> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RuleStatus(w) => Some(w.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// As the rule watch shows `write` once applied.
+fn as_written(w: &RuleWrite) -> RuleStatus {
+    RuleStatus {
+        generation: w.generation,
+        condition: Some(WrittenCondition {
+            status: w.condition.status,
+            reason: w.condition.reason.to_string(),
+            message: w.condition.message.clone(),
+            observed_generation: w.generation,
+            last_transition: w.at,
+        }),
+    }
+}
+
+/// §22.7: a new rule's status is written at once; after its pod is evicted, 10 s later, not
+/// sooner (nothing is written in between), it says Completed; a standby writes nothing.
+#[test]
+fn a_rules_status_is_written_at_once_then_10_s_after_an_eviction() {
+    let rule = || pool_rule("drain", Some("gpu-0"));
+    let new = RuleStatus {
+        generation: 1,
+        condition: None,
+    };
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_slice(slice(&[], t(0)), t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    drain(&mut p);
+    p.upsert_rule(rule(), new.clone(), t(0));
+    let effects = drain(&mut p);
+    let writes = rule_writes(&effects);
+    assert_eq!(writes.len(), 1, "{effects:#?}");
+    assert_eq!(
+        (writes[0].condition.status, writes[0].condition.reason),
+        (true, "PodsPendingEviction")
+    );
+    assert_eq!(
+        writes[0].condition.message,
+        "1 pod needs to be evicted in 1 namespace."
+    );
+    // The watch shows the write; the attempt evicts; the pod is terminating.
+    p.upsert_rule(rule(), as_written(&writes[0]), t(0));
+    let attempt = starts(&effects)[0].id;
+    p.report(
+        AttemptReport {
+            attempt,
+            result: AttemptResult::Evicted,
+        },
+        t(1),
+    );
+    let mut terminating = pod("train-0");
+    terminating.terminating = true;
+    p.upsert_pod(terminating, t(1));
+    let mut between = drain(&mut p);
+    p.tick(t(10));
+    between.extend(drain(&mut p));
+    assert_eq!(rule_writes(&between), vec![], "not within 10 s");
+    assert_eq!(p.next_wake(), Some(t(11)));
+    p.tick(t(11));
+    let writes = rule_writes(&drain(&mut p));
+    assert_eq!(writes.len(), 1);
+    assert_eq!(
+        (
+            writes[0].condition.status,
+            writes[0].condition.reason,
+            writes[0].condition.message.as_str()
+        ),
+        (
+            false,
+            "Completed",
+            "1 pod evicted since starting the controller."
+        )
+    );
+    assert_eq!(writes[0].at, t(11));
+
+    // A standby decides the same but writes nothing.
+    let mut standby = Pipeline::new(config());
+    for what in [
+        Watched::Nodes,
+        Watched::Pods,
+        Watched::Slices,
+        Watched::Claims,
+        Watched::Rules,
+    ] {
+        standby.listing_started(what);
+        standby.listing_done(what, t(0));
+    }
+    standby.upsert_node(&node(false), false, t(0));
+    standby.upsert_slice(slice(&[], t(0)), t(0));
+    standby.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    standby.upsert_pod(pod("train-0"), t(0));
+    standby.upsert_rule(rule(), new, t(0));
+    let mut all = drain(&mut standby);
+    standby.tick(t(60));
+    all.extend(drain(&mut standby));
+    assert_eq!(rule_writes(&all), vec![]);
+}
+
+/// The pod's deletion reaches the watch before its attempt reports (the real API server's
+/// order, which the real-API test found): the eviction still counts for the rule.
+#[test]
+fn a_pod_deleted_before_its_attempt_reports_still_counts_for_its_rule() {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_slice(slice(&[], t(0)), t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_rule(
+        pool_rule("drain", Some("gpu-0")),
+        RuleStatus {
+            generation: 1,
+            condition: None,
+        },
+        t(0),
+    );
+    let attempt = starts(&drain(&mut p))[0].id;
+    p.delete_pod(NS, "train-0", Some(&Uid::new("train-0-uid")), t(0));
+    p.report(
+        AttemptReport {
+            attempt,
+            result: AttemptResult::Evicted,
+        },
+        t(0),
+    );
+    let condition = p.devices().rule_condition("drain");
+    assert_eq!(
+        condition.map(|c| (c.reason, c.message)),
+        Some((
+            "Completed",
+            "1 pod evicted since starting the controller.".to_string()
+        ))
+    );
+    p.tick(t(10));
+    assert_eq!(rule_writes(&drain(&mut p)).len(), 1, "written 10 s later");
 }

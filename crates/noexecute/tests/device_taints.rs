@@ -299,6 +299,49 @@ async fn scenario(who: Who) -> Result<Outcome> {
         .context("creating the DeviceTaintRule")?;
     let ruled = wait_evicted(&ns.pods(), "ruled", Duration::from_secs(5)).await?;
     let ruled_after = ruled.seen_at.duration_since(ruled_at);
+    // The rule's status: Completed, written 10 s after the eviction, by the device
+    // controller's field manager.
+    let rule = eventually(
+        Duration::from_secs(20),
+        "the rule's Completed status",
+        || async {
+            let rule = rules.get(&rule_name).await?;
+            let condition = rule.data["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "EvictionInProgress"))
+                .cloned();
+            Ok(condition
+                .filter(|c| c["reason"] == "Completed")
+                .map(|c| (c, rule)))
+        },
+    )
+    .await?;
+    let (condition, rule) = rule;
+    ensure!(
+        condition["status"] == "False"
+            && condition["message"] == "1 pod evicted since starting the controller."
+            && condition["observedGeneration"] == 1,
+        "{condition}"
+    );
+    let managers: Vec<(String, String)> = rule
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            (
+                m.manager.clone().unwrap_or_default(),
+                m.subresource.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    ensure!(
+        managers.contains(&(
+            "device-taint-eviction-controller".to_string(),
+            "status".to_string()
+        )),
+        "upstream's field manager owns the status: {managers:?}"
+    );
 
     // Over the rest of the window (past gpu-2's 6 s), the tolerating pods stay.
     let window_end = tainted + Duration::from_secs(9);

@@ -47,6 +47,7 @@ mod countdown;
 mod devices;
 mod foreign;
 mod queue;
+mod rules;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -59,6 +60,7 @@ pub use attempt::{
 pub use countdown::{Countdown, Countdowns, Held};
 pub use devices::is_device;
 pub use foreign::{DEPARTED_MAX, DEPARTED_MS, ForeignSign, HANDOVER_MS, SignKind};
+pub use rules::{RULE_STATUS_PERIOD, RuleStatus, RuleWrite, WrittenCondition};
 
 use crate::action::{Action, Cause, PodRef, SkipReason, UpstreamEvent};
 use crate::device::{self, Claim, DeviceAction, DeviceEviction, DevicePod, Devices, Rule, Slice};
@@ -69,6 +71,7 @@ use crate::time::Time;
 use devices::DeviceEvictions;
 use foreign::{Finding, Guard};
 use queue::{Place, Queue};
+use rules::RuleStatuses;
 
 /// What the pipeline needs beyond the engine's own [`Config`].
 #[derive(Clone, Debug, PartialEq)]
@@ -209,6 +212,9 @@ pub enum Effect {
     /// The device core decided this (logs and timelines): a pod is due at a time because of
     /// its devices, or no longer is.
     Device(DeviceAction),
+    /// Write this condition on a DeviceTaintRule (`docs/parity.md` §22.7); a failure is
+    /// reported with [`Pipeline::rule_status_failed`].
+    RuleStatus(RuleWrite),
 }
 
 /// Which watch a listing belongs to.
@@ -324,6 +330,11 @@ pub struct Pipeline {
     pods: Listing<(String, String)>,
     /// Device taints: the core and its evictions until they are due.
     devices: DeviceEvictions,
+    /// When each DeviceTaintRule's status is looked at.
+    rule_status: RuleStatuses,
+    /// Device evictions cancelled (their pod deleted, say) while an attempt was in flight: if
+    /// it evicts all the same, the rules count it.
+    device_flights: HashMap<EvictionId, DeviceEviction>,
     slices: Listing<String>,
     claims: Listing<(String, String)>,
     rules: Listing<String>,
@@ -359,6 +370,8 @@ impl Pipeline {
             nodes: Listing::default(),
             pods: Listing::default(),
             devices: DeviceEvictions::default(),
+            rule_status: RuleStatuses::default(),
+            device_flights: HashMap::new(),
             slices: Listing::default(),
             claims: Listing::default(),
             rules: Listing::default(),
@@ -542,6 +555,8 @@ impl Pipeline {
             + self.slices.seen.len()
             + self.claims.seen.len()
             + self.rules.seen.len()
+            + self.rule_status.len()
+            + self.device_flights.len()
     }
 
     /// Pods the second-controller guard remembers (started by us, already judged, or deleted
@@ -583,7 +598,12 @@ impl Pipeline {
         let term = self.term.map(|t| t.until).filter(|t| *t != Time::MAX);
         let deferred = self.deferred.first().map(|(t, _)| *t);
         let devices = self.devices.next_wake();
-        [engine, pacer, term, deferred, devices]
+        let rules = if self.may_act() {
+            self.rule_status.next_wake()
+        } else {
+            None
+        };
+        [engine, pacer, term, deferred, devices, rules]
             .into_iter()
             .flatten()
             .min()
@@ -904,12 +924,14 @@ impl Pipeline {
         self.settle(now);
     }
 
-    /// A DeviceTaintRule was added or updated.
-    pub fn upsert_rule(&mut self, rule: Rule, now: Time) {
+    /// A DeviceTaintRule was added or updated, with its status as watched.
+    pub fn upsert_rule(&mut self, rule: Rule, status: RuleStatus, now: Time) {
         self.begin(now);
         if self.rules.active {
             self.rules.seen.insert(rule.name.clone());
         }
+        self.rule_status
+            .observed(&rule.name, &rule.uid, status, now);
         self.devices.core.upsert_rule(rule);
         self.absorb_devices(now);
         self.settle(now);
@@ -917,9 +939,39 @@ impl Pipeline {
 
     pub fn delete_rule(&mut self, name: &str, now: Time) {
         self.begin(now);
+        self.rule_status.deleted(name);
         self.devices.core.delete_rule(name);
         self.absorb_devices(now);
         self.settle(now);
+    }
+
+    /// Writing a rule's status failed: it is looked at again shortly.
+    pub fn rule_status_failed(&mut self, rule: &str, uid: &Uid, now: Time) {
+        self.rule_status.failed(rule, uid, now);
+        self.settle(now);
+    }
+
+    /// Rules whose status is due a look, while acting: the writes that changed.
+    fn look_at_rules(&mut self, now: Time) {
+        let Some(term) = self.term.filter(|_| self.may_act()) else {
+            return;
+        };
+        for name in self.rule_status.due(now) {
+            let computed = self.devices.core.rule_condition(&name);
+            if let Some(write) = self.rule_status.look(&name, computed, now, term.id) {
+                self.effects.push_back(Effect::RuleStatus(write));
+            }
+        }
+    }
+
+    /// The rules among `reasons` are looked at within 10 s (upstream's delayed status update
+    /// after a pod was decided or evicted because of them).
+    fn touch_rules(&mut self, reasons: &[device::TaintSource], now: Time) {
+        for reason in reasons {
+            if let device::TaintSource::Rule { name, .. } = reason {
+                self.rule_status.touched(name, now);
+            }
+        }
     }
 
     /// A pod was deleted (with `uid`, only that incarnation).
@@ -1094,6 +1146,16 @@ impl Pipeline {
         if self.busy.get(&flight.pod) == Some(&report.attempt) {
             self.busy.remove(&flight.pod);
         }
+        if let Some(eviction) = self.device_flights.remove(&flight.eviction)
+            && matches!(
+                report.result,
+                AttemptResult::Evicted | AttemptResult::Gone(GoneReason::Terminating)
+            )
+        {
+            // Cancelled under it, but it evicted: as upstream counts it for the rules.
+            self.devices.core.count_eviction(&eviction);
+            self.touch_rules(&eviction.reasons, now);
+        }
         if let Some(next) = self.waiting.remove(&flight.pod)
             && let Some(e) = self.entries.get_mut(&next)
             && e.at == Where::WaitingForPod
@@ -1151,6 +1213,7 @@ impl Pipeline {
         while let Some(action) = self.devices.core.poll_action() {
             match &action {
                 DeviceAction::Evict { pod, eviction } => {
+                    self.touch_rules(&eviction.reasons, now);
                     let id = self.devices.track(pod.clone(), eviction.clone());
                     self.effects.push_back(Effect::Device(action.clone()));
                     match self.entries.get_mut(&id) {
@@ -1183,8 +1246,16 @@ impl Pipeline {
                         .get(&id)
                         .is_some_and(|e| matches!(e.at, Where::InFlight(_)) || e.failures > 0);
                     let node = self.entries.get(&id).and_then(|e| e.pod.node.clone());
+                    let in_flight = self
+                        .entries
+                        .get(&id)
+                        .is_some_and(|e| matches!(e.at, Where::InFlight(_)));
                     self.forget(id);
-                    self.devices.remove(id);
+                    if let Some(t) = self.devices.remove(id)
+                        && in_flight
+                    {
+                        self.device_flights.insert(id, t.eviction);
+                    }
                     if *event
                         && !started
                         && self.may_act()
@@ -1234,6 +1305,7 @@ impl Pipeline {
             // counts it as evicted (§22.8, quirk 2), and so does the rule's status.
             self.devices.remove(id);
             self.devices.core.evicted(key);
+            self.touch_rules(&tracked.eviction.reasons, now);
             self.effects.push_back(Effect::Decided(Action::Skip {
                 pod,
                 eviction: id,
@@ -1298,6 +1370,7 @@ impl Pipeline {
                 if let Some(t) = self.devices.remove(id) {
                     // As upstream's device controller finds the pod terminating (§22.8, quirk 2).
                     self.devices.core.evicted(&t.pod);
+                    self.touch_rules(&t.eviction.reasons, now);
                 }
             } else {
                 let report = Report {
@@ -1454,6 +1527,7 @@ impl Pipeline {
         if let Some(t) = self.devices.remove(eviction) {
             if counted {
                 self.devices.core.evicted(&t.pod);
+                self.touch_rules(&t.eviction.reasons, now);
             } else {
                 self.devices.core.gone(&t.pod);
             }
@@ -1764,6 +1838,7 @@ impl Pipeline {
             }
         }
         self.pace(now);
+        self.look_at_rules(now);
     }
 
     /// Update the brake from the engine's node counts, announce it, take back what it now

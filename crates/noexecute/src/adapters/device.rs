@@ -157,6 +157,36 @@ impl ResourceSlice {
 pub struct DeviceTaintRule {
     pub metadata: Meta,
     pub spec: RuleSpec,
+    pub status: RuleStatusWire,
+}
+
+/// A rule's `status.conditions`: only `EvictionInProgress` is read.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RuleStatusWire {
+    pub conditions: Vec<WireCondition>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WireCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub observed_generation: i64,
+    pub last_transition_time: Option<WireTime>,
+}
+
+/// A rule's `EvictionInProgress` condition, its `lastTransitionTime` on the wall clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedCondition {
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+    pub observed_generation: i64,
+    pub last_transition: Time,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -186,6 +216,27 @@ impl DeviceTaintRule {
             }),
             taint: self.spec.taint.taint(),
         }
+    }
+
+    /// Its generation, and its `EvictionInProgress` condition if it has one (with a time).
+    pub fn status(&self) -> (i64, Option<ObservedCondition>) {
+        let condition = self
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "EvictionInProgress")
+            .and_then(|c| {
+                Some(ObservedCondition {
+                    status: c.status == "True",
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                    observed_generation: c.observed_generation,
+                    last_transition: Time::from_millis(
+                        c.last_transition_time.as_ref()?.0.as_millisecond(),
+                    ),
+                })
+            });
+        (self.metadata.generation, condition)
     }
 }
 

@@ -149,6 +149,13 @@ impl<'de> Deserialize<'de> for Offset {
     }
 }
 
+/// The wall clock now, to the second (truncated, as a `metav1.Time` is written), in RFC 3339.
+pub fn rfc3339_now_seconds() -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second())
+        .map_or_else(|_| now.to_string(), |t| t.to_string())
+}
+
 /// RFC 3339 for a wall-clock engine time.
 pub fn timestamp(t: Time) -> String {
     k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())

@@ -62,6 +62,9 @@ pub struct Driver {
     node_selector: Option<crate::adapters::selector::Selector>,
     /// Device taints' `timeAdded` onto the clock, steadily (they are compared for equality).
     device_offset: super::clock::WallOffset,
+    /// Writes DeviceTaintRules' status (`--device-taints`), and its failures.
+    rule_status: Option<super::rule_status::RuleStatusWriter>,
+    rule_failures: Option<mpsc::UnboundedReceiver<(String, noexecute_engine::Uid)>>,
 }
 
 /// Why the loop stopped.
@@ -106,7 +109,20 @@ impl Driver {
             identity,
             node_selector,
             device_offset: super::clock::WallOffset::default(),
+            rule_status: None,
+            rule_failures: None,
         }
+    }
+
+    /// Write DeviceTaintRules' status with `writer`; its failures come on `failures`.
+    pub fn with_rule_status(
+        mut self,
+        writer: super::rule_status::RuleStatusWriter,
+        failures: mpsc::UnboundedReceiver<(String, noexecute_engine::Uid)>,
+    ) -> Driver {
+        self.rule_status = Some(writer);
+        self.rule_failures = Some(failures);
+        self
     }
 
     /// The lease published `state` (after `seen`): hand it over; whether a term was lost.
@@ -244,6 +260,7 @@ impl Driver {
             taint_events: mut event_rx,
             devices,
         } = watches;
+        let mut rule_failures = self.rule_failures.take();
         let (mut slice_rx, mut claim_rx, mut rule_rx) = match devices {
             Some(d) => (Some(d.slices), Some(d.claims), d.rules),
             None => (None, None, None),
@@ -315,6 +332,9 @@ impl Driver {
                     Some(event) => self.rule_event(event),
                     None => break Stop::WatchesEnded,
                 },
+                Some((rule, uid)) = recv_unbounded(&mut rule_failures) => {
+                    self.pipeline.rule_status_failed(&rule, &uid, self.clock.now());
+                }
                 // The guard's watch: its end stops nothing.
                 Some(event) = event_rx.recv() => self.taint_event(event),
                 Some(report) = report_rx.recv() => {
@@ -479,10 +499,22 @@ impl Driver {
         };
         match event {
             watcher::Event::Init => self.pipeline.listing_started(Watched::Rules),
-            watcher::Event::InitApply(rule) | watcher::Event::Apply(rule) => {
-                let mut rule = rule.observe();
+            watcher::Event::InitApply(wire) | watcher::Event::Apply(wire) => {
+                let mut rule = wire.observe();
                 self.device_taint(&mut rule.taint);
-                self.pipeline.upsert_rule(rule, now);
+                let (generation, condition) = wire.status();
+                let condition = condition.map(|c| noexecute_engine::pipeline::WrittenCondition {
+                    status: c.status,
+                    reason: c.reason,
+                    message: c.message,
+                    observed_generation: c.observed_generation,
+                    last_transition: self.device_offset.from_wall(&self.clock, c.last_transition),
+                });
+                let status = noexecute_engine::pipeline::RuleStatus {
+                    generation,
+                    condition,
+                };
+                self.pipeline.upsert_rule(rule, status, now);
             }
             watcher::Event::Delete(rule) => self.pipeline.delete_rule(&rule.metadata.name, now),
             watcher::Event::InitDone => self.pipeline.listing_done(Watched::Rules, now),
@@ -641,12 +673,26 @@ impl Driver {
                 tracing::info!(removed, pods = self.pipeline.pod_count(), "{what} synced");
             }
             Effect::Device(action) => log_device_decision(&action),
+            Effect::RuleStatus(write) => match &self.rule_status {
+                Some(writer) => writer.write(write),
+                None => {
+                    tracing::debug!(rule = %write.rule, "no writer for a DeviceTaintRule's status")
+                }
+            },
         }
     }
 }
 
 /// The next event of a watch that may not run (it never comes then).
 async fn recv<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// [`recv`] for an unbounded channel.
+async fn recv_unbounded<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

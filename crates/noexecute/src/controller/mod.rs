@@ -26,6 +26,7 @@ pub mod listwatch;
 pub mod metrics;
 pub mod process;
 pub mod ratelimit;
+pub mod rule_status;
 pub mod status;
 pub mod tls;
 pub mod watch;
@@ -480,6 +481,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     } else {
         None
     };
+    let client_for_rules = client.clone();
     let watches = watch::spawn(
         client,
         args.page_size,
@@ -500,6 +502,15 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             crate::adapters::time::random_u64(),
         )
     });
+    let rule_status = device_taints.filter(|d| d.rules).map(|_| {
+        rule_status::RuleStatusWriter::new(
+            client_for_rules.clone(),
+            leadership.clone(),
+            limiter.clone(),
+            metrics.clone(),
+            request_timeout,
+        )
+    });
     let driver = driver::Driver::new(
         pipeline,
         policy,
@@ -514,6 +525,10 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         identity.clone(),
         node_selector,
     );
+    let driver = match rule_status {
+        Some((writer, failures)) => driver.with_rule_status(writer, failures),
+        None => driver,
+    };
 
     let signals = shutdown.clone();
     tokio::spawn(async move {

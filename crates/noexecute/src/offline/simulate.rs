@@ -355,6 +355,7 @@ impl Sim<'_> {
                 | Effect::NodeRelease { .. }
                 | Effect::Unparked { .. }
                 | Effect::Device(_)
+                | Effect::RuleStatus(_)
                 | Effect::Synced { .. } => continue,
             };
             self.entry(Entry {
