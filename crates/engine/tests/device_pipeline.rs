@@ -680,3 +680,39 @@ fn a_pod_deleted_before_its_attempt_reports_still_counts_for_its_rule() {
     p.tick(t(10));
     assert_eq!(rule_writes(&drain(&mut p)).len(), 1, "written 10 s later");
 }
+
+/// The second-controller guard knows device taints: upstream's device controller announcing
+/// a pod whose devices make it due is another controller at work; the same announcement about
+/// a pod whose devices are untainted is not counted.
+#[test]
+fn the_guard_counts_another_device_controller() {
+    use noexecute_engine::pipeline::{ForeignSign, SignKind};
+    let (mut p, _) = with_pods(
+        &[("train-0", "gpu-0", Some(3600)), ("train-1", "gpu-1", None)],
+        slice(&["gpu-0"], t(0)),
+    );
+    let sign = |name: &str| ForeignSign {
+        namespace: NS.into(),
+        name: name.into(),
+        kind: SignKind::Announcement,
+        at: t(5),
+        lease: None,
+        writer: "device-taint-eviction-controller".into(),
+    };
+    p.foreign_sign(sign("train-1"), t(5));
+    let untainted = drain(&mut p);
+    assert!(
+        !untainted
+            .iter()
+            .any(|e| matches!(e, Effect::Foreign { .. })),
+        "{untainted:#?}"
+    );
+    p.foreign_sign(sign("train-0"), t(5));
+    let effects = drain(&mut p);
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Foreign { pod, first: true, .. } if pod == "ml/train-0")),
+        "{effects:#?}"
+    );
+}

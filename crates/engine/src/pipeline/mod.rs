@@ -886,6 +886,16 @@ impl Pipeline {
         })
     }
 
+    /// Whether the pod's devices make it due (the second-controller guard's "watched" for
+    /// device taints: another controller evicting it is evicting it for its devices).
+    fn device_tainted(&self, namespace: &str, name: &str, uid: &Uid) -> bool {
+        self.devices
+            .core
+            .pod(namespace, name)
+            .filter(|p| p.uid == *uid)
+            .is_some_and(|p| self.devices.core.pod_eviction(p).is_some())
+    }
+
     /// A ResourceSlice was added or updated.
     pub fn upsert_slice(&mut self, slice: Slice, now: Time) {
         self.begin(now);
@@ -1011,6 +1021,7 @@ impl Pipeline {
             .as_deref()
             .is_some_and(|n| self.engine.node_taints(n).is_some());
         let uid = view.pod.uid.clone();
+        let watched = watched || self.device_tainted(namespace, name, &uid);
         self.guard.departed(namespace, name, uid, watched, now);
     }
 
@@ -1084,7 +1095,8 @@ impl Pipeline {
                 view.pod
                     .node
                     .as_deref()
-                    .is_some_and(|n| self.engine.node_taints(n).is_some()),
+                    .is_some_and(|n| self.engine.node_taints(n).is_some())
+                    || self.device_tainted(&sign.namespace, &sign.name, &view.pod.uid),
             ),
             // Deleted lately: an Event may announce that very deletion. (A mark comes with a
             // pod the watch shows; one not yet known is judged when it is upserted.)

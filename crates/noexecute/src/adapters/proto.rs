@@ -28,10 +28,7 @@ use kube::api::DeleteParams;
 use kube::core::ObjectMeta;
 use prost::Message;
 
-use super::slim::{
-    self, Condition, ConditionsStatus, ExecPod, NoStatus, SlimNode, SlimPod,
-    TAINT_DISRUPTION_REASON,
-};
+use super::slim::{self, Condition, ConditionsStatus, ExecPod, NoStatus, SlimNode, SlimPod};
 
 /// The media type of protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -744,7 +741,7 @@ impl Decode for SlimPod {
         // As the JSON decoder: the first matching condition with a time that reads.
         let taint_disruption = status.conditions.into_iter().find_map(|c| {
             (c.r#type.as_deref() == Some(b"DisruptionTarget".as_slice())
-                && c.reason.as_deref() == Some(TAINT_DISRUPTION_REASON.as_bytes()))
+                && c.reason.as_deref().is_some_and(slim::is_taint_disruption))
             .then(|| time("Pod", "lastTransitionTime", c.last_transition_time?).ok()?)
             .flatten()
         });
@@ -911,6 +908,7 @@ fn micro_time(t: Time) -> Result<Option<MicroTime>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::slim::TAINT_DISRUPTION_REASON;
 
     type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
@@ -1299,6 +1297,35 @@ mod tests {
         ]}}))?;
         assert_eq!(pod.status, json.status);
         assert!(pod.status.and_then(|s| s.taint_disruption).is_some());
+        // The device taint manager's mark counts too (the guard for upstream's device
+        // controller); another reason does not.
+        for (reason, marked) in [
+            (crate::adapters::slim::DEVICE_DISRUPTION_REASON, true),
+            ("EvictionByEvictionAPI", false),
+        ] {
+            let wire = WirePod {
+                status: Some(WirePodStatus {
+                    conditions: vec![WirePodCondition {
+                        reason: Some(Bytes::from(reason.as_bytes().to_vec())),
+                        ..mark(Some(seconds(1_700_000_000, 0)))
+                    }],
+                    ..Default::default()
+                }),
+                ..WirePod::default()
+            };
+            let pod = SlimPod::from_proto(wire.encode_to_vec().into())?;
+            let json: SlimPod = serde_json::from_value(
+                serde_json::json!({"status": {"conditions": [
+                    {"type": "DisruptionTarget", "reason": reason, "lastTransitionTime": "2023-11-14T22:13:20Z"}
+                ]}}),
+            )?;
+            assert_eq!(pod.status, json.status);
+            assert_eq!(
+                pod.status.and_then(|s| s.taint_disruption).is_some(),
+                marked,
+                "{reason}"
+            );
+        }
         Ok(())
     }
 

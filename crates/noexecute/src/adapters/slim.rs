@@ -161,6 +161,13 @@ pub struct PodStatus {
 
 /// The `DisruptionTarget` condition's reason when a taint manager set it.
 pub const TAINT_DISRUPTION_REASON: &str = "DeletionByTaintManager";
+/// ... and when the device taint manager set it (`docs/parity.md` §22.5).
+pub const DEVICE_DISRUPTION_REASON: &str = "DeletionByDeviceTaintManager";
+
+/// Whether a `DisruptionTarget` reason is a taint manager's (node or device).
+pub fn is_taint_disruption(reason: &[u8]) -> bool {
+    reason == TAINT_DISRUPTION_REASON.as_bytes() || reason == DEVICE_DISRUPTION_REASON.as_bytes()
+}
 
 fn taint_disruption<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
     #[derive(Deserialize)]
@@ -175,9 +182,12 @@ fn taint_disruption<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::
     let conditions = Option::<Vec<Wire<'de>>>::deserialize(d)?;
     // Only the matching condition's time is parsed.
     Ok(conditions.into_iter().flatten().find_map(|c| {
-        (c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some(TAINT_DISRUPTION_REASON))
-            .then(|| c.last_transition_time?.parse().ok().map(Time))
-            .flatten()
+        (c.type_ == "DisruptionTarget"
+            && c.reason
+                .as_deref()
+                .is_some_and(|r| is_taint_disruption(r.as_bytes())))
+        .then(|| c.last_transition_time?.parse().ok().map(Time))
+        .flatten()
     }))
 }
 

@@ -162,10 +162,13 @@ impl Driver {
         let Watch::Event(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event else {
             return;
         };
-        let announces = e.reason.as_deref() == Some(TAINT_EVENT_REASON)
-            && e.message
-                .as_deref()
-                .is_some_and(|m| m.starts_with("Marking for deletion"));
+        let announces = matches!(
+            e.reason.as_deref(),
+            Some(TAINT_EVENT_REASON | super::watch::DEVICE_EVENT_REASON)
+        ) && e
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Marking for deletion"));
         if !announces {
             return;
         }

@@ -39,6 +39,8 @@ pub type TaintEvent = Watch<Event>;
 
 /// The reason of upstream's (and noexecute's) Events about the pods they evict.
 pub const TAINT_EVENT_REASON: &str = "TaintManagerEviction";
+/// The same for device taints.
+pub use noexecute_engine::pipeline::DEVICE_EVENT_REASON;
 
 pub type SliceEvent = Watch<ResourceSlice>;
 pub type ClaimEvent = Watch<ResourceClaim>;
@@ -202,6 +204,24 @@ pub fn spawn(
             rules,
         }
     });
+    if device_taints.is_some() {
+        // Upstream's device controller's announcements, for the guard too.
+        let device_events = listwatch::list_watch::<Event>(
+            client.clone(),
+            config(
+                "/api/v1/events",
+                None,
+                Some(&format!("reason={DEVICE_EVENT_REASON}")),
+            ),
+        );
+        tokio::spawn(forward(
+            device_events,
+            "events",
+            event_tx.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
     let events = listwatch::list_watch::<Event>(
         client,
         config(
