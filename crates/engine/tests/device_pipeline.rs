@@ -716,3 +716,38 @@ fn the_guard_counts_another_device_controller() {
         "{effects:#?}"
     );
 }
+
+/// `status` shows device countdowns beside node ones, earliest first, with the taints that
+/// make them due.
+#[test]
+fn countdowns_show_device_evictions() {
+    let (mut p, _) = with_pods(
+        &[
+            ("train-0", "gpu-0", Some(60)),
+            ("train-1", "gpu-1", Some(30)),
+        ],
+        slice(&["gpu-0", "gpu-1"], t(0)),
+    );
+    drain(&mut p);
+    let c = p.countdowns(|_| true, 10);
+    assert_eq!(c.total, 2);
+    let rows: Vec<(String, Time, &str)> = c
+        .rows
+        .iter()
+        .map(|r| (r.pod.to_string(), r.deadline, r.held.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("ml/train-1".to_string(), t(30), "counting"),
+            ("ml/train-0".to_string(), t(60), "counting"),
+        ]
+    );
+    assert_eq!(
+        c.rows[0].reason.as_deref(),
+        Some(
+            "device taints: taint 0 of device gpu.example.com/node-a/gpu-1 (ResourceSlice node-a-gpus)"
+        )
+    );
+    assert_eq!(p.countdowns(|_| true, 1).rows.len(), 1, "bounded");
+}

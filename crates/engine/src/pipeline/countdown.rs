@@ -64,7 +64,13 @@ pub struct Countdowns {
     pub total: usize,
 }
 
-type Key = (Time, std::sync::Arc<str>, std::sync::Arc<str>);
+/// (deadline, namespace, name, the device eviction's id for a device row).
+type Key = (
+    Time,
+    std::sync::Arc<str>,
+    std::sync::Arc<str>,
+    Option<crate::observe::EvictionId>,
+);
 
 impl Pipeline {
     /// The pending evictions of pods `keep` accepts, the `limit` earliest by deadline (then
@@ -85,19 +91,37 @@ impl Pipeline {
                 eviction.deadline,
                 view.pod.namespace.clone(),
                 view.pod.name.clone(),
+                None,
             );
-            if first.len() < limit {
-                first.push(key);
-            } else if first.peek().is_some_and(|top| key < *top) {
-                first.pop();
-                first.push(key);
+            push_bounded(&mut first, key, limit);
+        }
+        // Device evictions (`--device-taints`), counting down or due.
+        for (id, tracked) in self.devices.iter() {
+            let key = &tracked.pod;
+            let node = self
+                .engine
+                .pod_view(&key.namespace, &key.name)
+                .filter(|v| v.pod.uid == key.uid)
+                .and_then(|v| v.pod.node);
+            let pod = super::device_pod_ref(key, node);
+            if !keep(&pod) {
+                continue;
             }
+            total += 1;
+            push_bounded(
+                &mut first,
+                (tracked.eviction.at, pod.namespace, pod.name, Some(id)),
+                limit,
+            );
         }
         let gate = self.config.engine.comparison_operators;
         let rows = first
             .into_sorted_vec()
             .into_iter()
-            .filter_map(|(_, namespace, name)| {
+            .filter_map(|(_, namespace, name, device)| {
+                if let Some(id) = device {
+                    return self.device_countdown(id);
+                }
                 let view = self.engine.pod_view(&namespace, &name)?;
                 let eviction = view.eviction?;
                 let entry = self.entries.get(&eviction.id);
@@ -142,5 +166,54 @@ impl Pipeline {
             })
             .collect();
         Countdowns { rows, total }
+    }
+
+    /// A device eviction's row: its taints are the reason.
+    fn device_countdown(&self, id: crate::observe::EvictionId) -> Option<Countdown> {
+        let tracked = self.devices.get(id)?;
+        let key = &tracked.pod;
+        let node = self
+            .engine
+            .pod_view(&key.namespace, &key.name)
+            .filter(|v| v.pod.uid == key.uid)
+            .and_then(|v| v.pod.node);
+        let node_name = node.clone();
+        let entry = self.entries.get(&id);
+        let held = match entry.map(|e| &e.at) {
+            None => Held::Counting,
+            Some(Where::Parked) => Held::Parked,
+            Some(Where::Deferred(until)) => Held::Handover { until: *until },
+            Some(Where::Paced | Where::Queued(_) | Where::WaitingForPod)
+                if self.pacer.brake_holds(node_name.as_deref()) =>
+            {
+                Held::Brake
+            }
+            Some(Where::Paced) => Held::Pacing,
+            Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
+            Some(Where::InFlight(_)) => Held::InFlight,
+            Some(Where::Retrying) => Held::Retrying { at: tracked.at },
+        };
+        let reasons: Vec<String> = tracked
+            .eviction
+            .reasons
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        Some(Countdown {
+            pod: super::device_pod_ref(key, node),
+            deadline: tracked.eviction.at,
+            held,
+            failures: entry.map_or(0, |e| e.failures),
+            reason: Some(format!("device taints: {}", reasons.join(", "))),
+        })
+    }
+}
+
+fn push_bounded(first: &mut BinaryHeap<Key>, key: Key, limit: usize) {
+    if first.len() < limit {
+        first.push(key);
+    } else if first.peek().is_some_and(|top| key < *top) {
+        first.pop();
+        first.push(key);
     }
 }

@@ -129,6 +129,11 @@ impl DeviceEvictions {
         out
     }
 
+    /// Every tracked eviction, with its id.
+    pub fn iter(&self) -> impl Iterator<Item = (EvictionId, &Tracked)> {
+        self.tracked.iter().map(|(id, t)| (*id, t))
+    }
+
     /// How many are tracked (waiting or due).
     pub fn len(&self) -> usize {
         self.tracked.len()
