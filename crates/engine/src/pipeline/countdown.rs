@@ -98,12 +98,7 @@ impl Pipeline {
         // Device evictions (`--device-taints`), counting down or due.
         for (id, tracked) in self.devices.iter() {
             let key = &tracked.pod;
-            let node = self
-                .engine
-                .pod_view(&key.namespace, &key.name)
-                .filter(|v| v.pod.uid == key.uid)
-                .and_then(|v| v.pod.node);
-            let pod = super::device_pod_ref(key, node);
+            let pod = super::device_pod_ref(key, self.device_pod_node(key));
             if !keep(&pod) {
                 continue;
             }
@@ -133,19 +128,7 @@ impl Pipeline {
                         },
                         _ => Held::Counting,
                     },
-                    Some(Where::Parked) => Held::Parked,
-                    Some(Where::Deferred(until)) => Held::Handover { until: *until },
-                    Some(Where::Paced | Where::Queued(_) | Where::WaitingForPod)
-                        if self.pacer.brake_holds(node) =>
-                    {
-                        Held::Brake
-                    }
-                    Some(Where::Paced) => Held::Pacing,
-                    Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
-                    Some(Where::InFlight(_)) => Held::InFlight,
-                    Some(Where::Retrying) => Held::Retrying {
-                        at: eviction.retry_at,
-                    },
+                    Some(at) => self.held_at(at, node, eviction.retry_at),
                 };
                 let cause = entry.and_then(|e| e.cause.clone()).or_else(|| {
                     let taints = node.and_then(|n| self.engine.node_taints(n))?;
@@ -172,26 +155,11 @@ impl Pipeline {
     fn device_countdown(&self, id: crate::observe::EvictionId) -> Option<Countdown> {
         let tracked = self.devices.get(id)?;
         let key = &tracked.pod;
-        let node = self
-            .engine
-            .pod_view(&key.namespace, &key.name)
-            .filter(|v| v.pod.uid == key.uid)
-            .and_then(|v| v.pod.node);
-        let node_name = node.clone();
+        let node = self.device_pod_node(key);
         let entry = self.entries.get(&id);
         let held = match entry.map(|e| &e.at) {
             None => Held::Counting,
-            Some(Where::Parked) => Held::Parked,
-            Some(Where::Deferred(until)) => Held::Handover { until: *until },
-            Some(Where::Paced | Where::Queued(_) | Where::WaitingForPod)
-                if self.pacer.brake_holds(node_name.as_deref()) =>
-            {
-                Held::Brake
-            }
-            Some(Where::Paced) => Held::Pacing,
-            Some(Where::Queued(_) | Where::WaitingForPod) => Held::Queued,
-            Some(Where::InFlight(_)) => Held::InFlight,
-            Some(Where::Retrying) => Held::Retrying { at: tracked.at },
+            Some(at) => self.held_at(at, node.as_deref(), tracked.at),
         };
         let reasons: Vec<String> = tracked
             .eviction
@@ -206,6 +174,25 @@ impl Pipeline {
             failures: entry.map_or(0, |e| e.failures),
             reason: Some(format!("device taints: {}", reasons.join(", "))),
         })
+    }
+}
+
+impl Pipeline {
+    /// Where a due eviction is held.
+    fn held_at(&self, at: &Where, node: Option<&str>, retry_at: Option<Time>) -> Held {
+        match at {
+            Where::Parked => Held::Parked,
+            Where::Deferred(until) => Held::Handover { until: *until },
+            Where::Paced | Where::Queued(_) | Where::WaitingForPod
+                if self.pacer.brake_holds(node) =>
+            {
+                Held::Brake
+            }
+            Where::Paced => Held::Pacing,
+            Where::Queued(_) | Where::WaitingForPod => Held::Queued,
+            Where::InFlight(_) => Held::InFlight,
+            Where::Retrying => Held::Retrying { at: retry_at },
+        }
     }
 }
 

@@ -293,6 +293,17 @@ struct Flight {
     node_version: Option<u64>,
 }
 
+/// What a listing did not see of `known`: deleted while the watch was down.
+fn unseen<'a, K: Clone + Eq + std::hash::Hash + 'a>(
+    known: impl Iterator<Item = &'a K>,
+    listing: &Listing<K>,
+) -> Vec<K> {
+    known
+        .filter(|k| !listing.seen.contains(*k))
+        .cloned()
+        .collect()
+}
+
 #[derive(Debug, Default)]
 struct Listing<K> {
     active: bool,
@@ -301,6 +312,18 @@ struct Listing<K> {
     /// The watch failed, and has delivered nothing live nor completed a listing since: what
     /// the cache holds may be older than the failure.
     failed: bool,
+}
+
+impl<K> Listing<K> {
+    /// A listing just completed.
+    fn done() -> Listing<K> {
+        Listing {
+            active: false,
+            seen: HashSet::new(),
+            done_once: true,
+            failed: false,
+        }
+    }
 }
 
 /// The pure controller core. See the module documentation.
@@ -739,54 +762,28 @@ impl Pipeline {
                 gone.len() + device_gone.len()
             }
             Watched::Slices => {
-                let gone: Vec<String> = self
-                    .devices
-                    .core
-                    .slice_names()
-                    .filter(|n| !self.slices.seen.contains(*n))
-                    .cloned()
-                    .collect();
+                let gone = unseen(self.devices.core.slice_names(), &self.slices);
                 for name in &gone {
                     self.devices.core.delete_slice(name);
                 }
-                self.slices = Listing {
-                    done_once: true,
-                    ..Listing::default()
-                };
+                self.slices = Listing::done();
                 gone.len()
             }
             Watched::Claims => {
-                let gone: Vec<(String, String)> = self
-                    .devices
-                    .core
-                    .claim_names()
-                    .filter(|k| !self.claims.seen.contains(*k))
-                    .cloned()
-                    .collect();
+                let gone = unseen(self.devices.core.claim_names(), &self.claims);
                 for (ns, name) in &gone {
                     self.devices.core.delete_claim(ns, name);
                 }
-                self.claims = Listing {
-                    done_once: true,
-                    ..Listing::default()
-                };
+                self.claims = Listing::done();
                 gone.len()
             }
             Watched::Rules => {
-                let gone: Vec<String> = self
-                    .devices
-                    .core
-                    .rule_names()
-                    .filter(|n| !self.rules.seen.contains(*n))
-                    .cloned()
-                    .collect();
+                let gone = unseen(self.devices.core.rule_names(), &self.rules);
                 for name in &gone {
+                    self.rule_status.deleted(name);
                     self.devices.core.delete_rule(name);
                 }
-                self.rules = Listing {
-                    done_once: true,
-                    ..Listing::default()
-                };
+                self.rules = Listing::done();
                 gone.len()
             }
         };
@@ -884,6 +881,20 @@ impl Pipeline {
             claims: pod.claims.clone(),
             deleting: pod.terminating,
         })
+    }
+
+    /// The node of a pod the device core knows, as the engine (else the device core) has it.
+    fn device_pod_node(&self, key: &device::PodKey) -> Option<Arc<str>> {
+        self.engine
+            .pod_view(&key.namespace, &key.name)
+            .filter(|v| v.pod.uid == key.uid)
+            .and_then(|v| v.pod.node)
+            .or_else(|| {
+                self.devices
+                    .core
+                    .pod(&key.namespace, &key.name)
+                    .and_then(|p| p.node.as_deref().map(Arc::from))
+            })
     }
 
     /// Whether the pod's devices make it due (the second-controller guard's "watched" for
@@ -1305,13 +1316,7 @@ impl Pipeline {
             .engine
             .pod_view(&key.namespace, &key.name)
             .filter(|v| v.pod.uid == key.uid);
-        let node = view.as_ref().and_then(|v| v.pod.node.clone()).or_else(|| {
-            self.devices
-                .core
-                .pod(&key.namespace, &key.name)
-                .and_then(|p| p.node.as_deref().map(Arc::from))
-        });
-        let pod = device_pod_ref(key, node);
+        let pod = device_pod_ref(key, self.device_pod_node(key));
         if view.as_ref().is_some_and(|v| v.terminating) {
             // Already being deleted: no second delete (`docs/deviations.md` #4). Upstream
             // counts it as evicted (§22.8, quirk 2), and so does the rule's status.
