@@ -751,3 +751,187 @@ fn countdowns_show_device_evictions() {
     );
     assert_eq!(p.countdowns(|_| true, 1).rows.len(), 1, "bounded");
 }
+
+/// A claim on `gpu-0` for `pod` tolerating the `maintenance` taint for `seconds`, and not the
+/// ECC one.
+fn claim_tolerating_maintenance(pod: &str, seconds: i64) -> Claim {
+    let mut c = claim(pod, "gpu-0", None);
+    if let Some(devices) = c.allocation.as_mut() {
+        devices[0].tolerations = vec![Toleration {
+            key: "maintenance".into(),
+            operator: Operator::Exists,
+            value: String::new(),
+            effect: Some(TaintEffect::NoExecute),
+            toleration_seconds: Some(seconds),
+        }];
+    }
+    c
+}
+
+/// The review's finding: a time that moves later while the attempt is in flight holds for
+/// the retry (upstream's worker reads the time again): the untolerated slice taint goes away
+/// while the attempt is under way, the attempt fails, and nothing starts before the tolerated
+/// rule's 300 s are up.
+#[test]
+fn a_time_moved_later_during_an_attempt_holds_for_its_retry() {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim_tolerating_maintenance("train-0", 300), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    let mut maintenance = pool_rule("maintenance", Some("gpu-0"));
+    maintenance.taint = Taint::new("maintenance", "", TaintEffect::NoExecute);
+    maintenance.taint.time_added = Some(t(0));
+    p.upsert_rule(maintenance, RuleStatus::default(), t(0));
+    p.upsert_slice(slice(&["gpu-0"], t(0)), t(0));
+    let first = starts(&drain(&mut p));
+    assert_eq!(first.len(), 1, "due at once for the ECC taint");
+    p.upsert_slice(slice(&[], t(0)), t(1));
+    p.report(
+        AttemptReport {
+            attempt: first[0].id,
+            result: AttemptResult::Failed {
+                error: "webhook".into(),
+                refused: false,
+            },
+        },
+        t(1),
+    );
+    let mut all = drain(&mut p);
+    let mut now = t(1);
+    while let Some(at) = p.next_wake().filter(|at| *at < t(300)) {
+        now = at.max(now);
+        p.tick(now);
+        all.extend(drain(&mut p));
+    }
+    assert_eq!(starts(&all), vec![], "nothing before 300 s");
+    assert_eq!(p.next_wake(), Some(t(300)));
+    p.tick(t(300));
+    assert_eq!(started_pods(&drain(&mut p)), vec!["ml/train-0"]);
+}
+
+/// The review's finding: a pod that starts terminating while its due device eviction is
+/// parked gets no attempt when the replica takes over (no second delete, deviations #4), and
+/// counts as evicted for the rule (quirk 2).
+#[test]
+fn a_pod_terminating_while_its_device_eviction_is_parked_is_not_attempted() {
+    let mut p = Pipeline::new(config());
+    for what in [
+        Watched::Nodes,
+        Watched::Pods,
+        Watched::Slices,
+        Watched::Claims,
+        Watched::Rules,
+    ] {
+        p.listing_started(what);
+        p.listing_done(what, t(0));
+    }
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_claim(claim("train-1", "gpu-1", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_pod(pod("train-1"), t(0));
+    p.upsert_rule(pool_rule("drain", None), RuleStatus::default(), t(0));
+    assert_eq!(p.parked(), 2);
+    let mut terminating = pod("train-0");
+    terminating.terminating = true;
+    p.upsert_pod(terminating, t(1));
+    p.set_leading(true, t(2));
+    let effects = drain(&mut p);
+    assert_eq!(
+        started_pods(&effects),
+        vec!["ml/train-1"],
+        "the positive control only"
+    );
+}
+
+/// The review's finding: a dry run writes no rule status.
+#[test]
+fn a_dry_run_writes_no_rule_status() {
+    let mut p = Pipeline::acting(PipelineConfig {
+        dry_run: true,
+        ..config()
+    });
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_rule(
+        pool_rule("drain", None),
+        RuleStatus {
+            generation: 1,
+            condition: None,
+        },
+        t(0),
+    );
+    let all = run_until(&mut p, t(600), &AttemptResult::WouldEvict);
+    assert_eq!(started_pods(&all), vec!["ml/train-0"], "it is decided");
+    assert_eq!(rule_writes(&all), vec![], "and nothing is written");
+}
+
+/// A rule's status is not written again within 10 s of the last write of its generation,
+/// even when a look is due sooner; a new generation is written at once.
+#[test]
+fn a_rules_status_waits_10_s_after_its_last_write_and_not_for_a_new_generation() {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", Some(3600)), t(0));
+    p.upsert_claim(claim("train-1", "gpu-1", Some(3600)), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    let rule = pool_rule("drain", None);
+    let first = RuleStatus {
+        generation: 1,
+        condition: None,
+    };
+    p.upsert_rule(rule.clone(), first, t(0));
+    let w = rule_writes(&drain(&mut p));
+    assert_eq!(w.len(), 1);
+    p.upsert_rule(rule.clone(), as_written(&w[0]), t(0));
+    // A second pod becomes pending for the rule at 2 s: a look is due at 12 s. Meanwhile
+    // another writer (the controller being replaced, say) wrote the condition at 8 s: the look
+    // waits until 18 s, 10 s after that write.
+    p.upsert_pod(pod("train-1"), t(2));
+    let mut other = as_written(&w[0]);
+    if let Some(c) = other.condition.as_mut() {
+        c.message = "written by another".into();
+        c.last_transition = t(8);
+    }
+    p.upsert_rule(rule.clone(), other, t(8));
+    let mut all = drain(&mut p);
+    p.tick(t(12));
+    all.extend(drain(&mut p));
+    assert_eq!(
+        rule_writes(&all),
+        vec![],
+        "not within 10 s of the last write"
+    );
+    assert_eq!(p.next_wake(), Some(t(18)));
+    p.tick(t(18));
+    let w = rule_writes(&drain(&mut p));
+    assert_eq!(
+        w.iter()
+            .map(|w| w.condition.message.as_str())
+            .collect::<Vec<_>>(),
+        vec!["2 pods need to be evicted in 1 namespace."]
+    );
+    p.upsert_rule(rule.clone(), as_written(&w[0]), t(18));
+    // A new generation at 19 s is written at once, 10 s or not.
+    let mut changed = rule;
+    changed.selector = Some(Selector {
+        device: Some("gpu-0".into()),
+        ..Selector::default()
+    });
+    p.upsert_rule(
+        changed,
+        RuleStatus {
+            generation: 2,
+            ..as_written(&w[0])
+        },
+        t(19),
+    );
+    let w = rule_writes(&drain(&mut p));
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].generation, 2);
+    assert_eq!(
+        w[0].condition.message,
+        "1 pod needs to be evicted in 1 namespace."
+    );
+}

@@ -129,7 +129,6 @@ async fn run(who: Who) -> Result<Run> {
         .await
         .context("creating the pods and their claims")?;
 
-    let selector = ns.node_selector();
     let mut controller = match who {
         Who::Noexecute => {
             let mut c = Controller::start(
@@ -138,8 +137,6 @@ async fn run(who: Who) -> Result<Run> {
                 &ns.name,
                 &[
                     "--leader-elect=false",
-                    "--node-selector",
-                    &selector,
                     "--device-taints",
                     "--kube-api-qps",
                     QPS,

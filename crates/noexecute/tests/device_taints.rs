@@ -194,19 +194,13 @@ async fn scenario(who: Who) -> Result<Outcome> {
     pod_with_gpu(&ns, &claims, &node, &pool, "recovers", "gpu-2", Some(6)).await?;
     pod_with_gpu(&ns, &claims, &node, &pool, "ruled", "gpu-3", None).await?;
 
-    let selector = ns.node_selector();
     let mut controller = match who {
         Who::Noexecute => {
             let mut c = Controller::start(
                 &plane,
                 binary(),
                 &ns.name,
-                &[
-                    "--leader-elect=false",
-                    "--node-selector",
-                    &selector,
-                    "--device-taints",
-                ],
+                &["--leader-elect=false", "--device-taints"],
             )?;
             c.wait_ready(Duration::from_secs(30)).await?;
             ensure!(

@@ -340,8 +340,9 @@ pub struct Pipeline {
     flights: HashMap<AttemptId, Flight>,
     /// Pods with an attempt in flight.
     busy: HashMap<PodKey, AttemptId>,
-    /// An eviction waiting for the pod's earlier attempt to report.
-    waiting: HashMap<PodKey, EvictionId>,
+    /// Evictions waiting for the pod's earlier attempt to report (a node eviction and a device
+    /// one may both wait).
+    waiting: HashMap<PodKey, Vec<EvictionId>>,
     next_attempt: u64,
     term: Option<Term>,
     /// The last term id handed out by [`Pipeline::set_leading`].
@@ -621,7 +622,7 @@ impl Pipeline {
         let term = self.term.map(|t| t.until).filter(|t| *t != Time::MAX);
         let deferred = self.deferred.first().map(|(t, _)| *t);
         let devices = self.devices.next_wake();
-        let rules = if self.may_act() {
+        let rules = if self.may_act() && !self.config.dry_run {
             self.rule_status.next_wake()
         } else {
             None
@@ -851,6 +852,11 @@ impl Pipeline {
         }
         let terminating = pod.terminating;
         let key = (pod.namespace.clone(), pod.name.clone());
+        let device_key = device::PodKey {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
         let device_pod = self.device_pod(&pod);
         self.engine.upsert_pod(pod, now, &mut self.actions);
         self.absorb(now, true);
@@ -860,8 +866,35 @@ impl Pipeline {
         }
         if terminating {
             self.drop_unstarted(&key.0, &key.1, now);
+            self.drop_unstarted_device(&device_key, now);
         }
         self.settle(now);
+    }
+
+    /// A pod became terminating: its due device eviction that has not started is dropped
+    /// (no second delete, `docs/deviations.md` #4), and counted for its rules, as upstream
+    /// counts a pod it finds terminating (§22.8, quirk 2).
+    fn drop_unstarted_device(&mut self, key: &device::PodKey, now: Time) {
+        let Some(id) = self.devices.id_of(key) else {
+            return;
+        };
+        let Some(entry) = self.entries.get(&id) else {
+            return;
+        };
+        if matches!(entry.at, Where::InFlight(_) | Where::Retrying) {
+            return;
+        }
+        let pod = entry.pod.clone();
+        self.forget(id);
+        if let Some(t) = self.devices.remove(id) {
+            self.devices.core.evicted(&t.pod);
+            self.touch_rules(&t.eviction.reasons, now);
+        }
+        self.effects.push_back(Effect::Decided(Action::Skip {
+            pod,
+            eviction: id,
+            reason: SkipReason::AlreadyTerminating,
+        }));
     }
 
     /// What the device core needs of a pod: only pods with claims (their claims never
@@ -974,7 +1007,8 @@ impl Pipeline {
 
     /// Rules whose status is due a look, while acting: the writes that changed.
     fn look_at_rules(&mut self, now: Time) {
-        let Some(term) = self.term.filter(|_| self.may_act()) else {
+        // A dry run writes nothing, rule status included.
+        let Some(term) = self.term.filter(|_| self.may_act() && !self.config.dry_run) else {
             return;
         };
         for name in self.rule_status.due(now) {
@@ -1179,11 +1213,12 @@ impl Pipeline {
             self.devices.core.count_eviction(&eviction);
             self.touch_rules(&eviction.reasons, now);
         }
-        if let Some(next) = self.waiting.remove(&flight.pod)
-            && let Some(e) = self.entries.get_mut(&next)
-            && e.at == Where::WaitingForPod
-        {
-            e.at = Where::Queued(self.queue.push_front(next, e.retry));
+        for next in self.waiting.remove(&flight.pod).unwrap_or_default() {
+            if let Some(e) = self.entries.get_mut(&next)
+                && e.at == Where::WaitingForPod
+            {
+                e.at = Where::Queued(self.queue.push_front(next, e.retry));
+            }
         }
         let current = self
             .entries
@@ -1198,8 +1233,11 @@ impl Pipeline {
         if flight.cancelled || !current {
             // The eviction was cancelled (or the report is late): its outcome changes nothing.
             if current && report.result == AttemptResult::Cancelled {
-                // Stopped for leadership, not by the engine: the eviction goes on.
-                self.requeue(flight.eviction, now);
+                // Stopped for leadership, not by the engine: the eviction goes on (a device
+                // eviction whose time moved later meanwhile waits for it).
+                if !self.device_waits(flight.eviction, now) {
+                    self.requeue(flight.eviction, now);
+                }
             } else if current {
                 self.conclude(&flight, report.result, now);
             }
@@ -1295,6 +1333,23 @@ impl Pipeline {
         }
     }
 
+    /// A device eviction whose time moved past `now` while its attempt was in flight waits for
+    /// it again instead of going on (upstream's worker reads the time again each try).
+    fn device_waits(&mut self, id: EvictionId, now: Time) -> bool {
+        if !is_device(id) {
+            return false;
+        }
+        let Some(at) = self.devices.get(id).map(|t| t.eviction.at) else {
+            return false;
+        };
+        if at <= now {
+            return false;
+        }
+        self.forget(id);
+        self.devices.wait_until(id, at);
+        true
+    }
+
     /// A device eviction falls due (or its retry does): it becomes an entry, parked or
     /// paced like any due eviction.
     fn device_due(&mut self, id: EvictionId, now: Time) {
@@ -1364,7 +1419,7 @@ impl Pipeline {
     /// An attempt evicted the pod (or found it gone or terminating): what else is due for
     /// the same pod on the other side (a node eviction for a device one, or the reverse) ends
     /// without a request, so that a pod hit by both gets one eviction.
-    fn end_others(&mut self, done: EvictionId, pod: &PodRef, now: Time) {
+    fn end_others(&mut self, done: EvictionId, pod: &PodRef, evicted: bool, now: Time) {
         let others: Vec<EvictionId> = self
             .entries
             .iter()
@@ -1385,9 +1440,15 @@ impl Pipeline {
             self.forget(id);
             if is_device(id) {
                 if let Some(t) = self.devices.remove(id) {
-                    // As upstream's device controller finds the pod terminating (§22.8, quirk 2).
-                    self.devices.core.evicted(&t.pod);
-                    self.touch_rules(&t.eviction.reasons, now);
+                    if evicted {
+                        // As upstream's device controller finds the pod terminating (§22.8,
+                        // quirk 2).
+                        self.devices.core.evicted(&t.pod);
+                        self.touch_rules(&t.eviction.reasons, now);
+                    } else {
+                        // Gone, replaced, or a dry run: as upstream's finds it, not counted.
+                        self.devices.core.gone(&t.pod);
+                    }
                 }
             } else {
                 let report = Report {
@@ -1502,6 +1563,10 @@ impl Pipeline {
             outcome,
         };
         let done = matches!(outcome, Outcome::Evicted | Outcome::Gone);
+        let evicted = matches!(
+            result,
+            AttemptResult::Evicted | AttemptResult::Gone(GoneReason::Terminating)
+        );
         let pod = entry.pod.clone();
         if !matches!(outcome, Outcome::Failed { .. }) {
             self.entries.remove(&eviction);
@@ -1509,7 +1574,7 @@ impl Pipeline {
         self.engine.report(&report, now, &mut self.actions);
         self.absorb(now, guarded);
         if done {
-            self.end_others(eviction, &pod, now);
+            self.end_others(eviction, &pod, evicted, now);
         }
     }
 
@@ -1517,7 +1582,9 @@ impl Pipeline {
     fn conclude_device(&mut self, eviction: EvictionId, result: AttemptResult, now: Time) {
         let counted = match result {
             AttemptResult::Cancelled => {
-                self.requeue(eviction, now);
+                if !self.device_waits(eviction, now) {
+                    self.requeue(eviction, now);
+                }
                 return;
             }
             AttemptResult::Failed { refused, .. } => {
@@ -1531,7 +1598,12 @@ impl Pipeline {
                 }
                 e.at = Where::Retrying;
                 let retry_at = now.plus(self.config.backoff.delay(e.failures, jitter));
-                self.devices.wait_until(eviction, retry_at);
+                // Not before its time, if that moved later while the attempt was in flight.
+                let due = self
+                    .devices
+                    .get(eviction)
+                    .map_or(retry_at, |t| t.eviction.at);
+                self.devices.wait_until(eviction, retry_at.max(due));
                 return;
             }
             // A pod already terminating counts as evicted, as upstream counts it (quirk 2).
@@ -1549,7 +1621,7 @@ impl Pipeline {
                 self.devices.core.gone(&t.pod);
             }
         }
-        self.end_others(eviction, &entry.pod, now);
+        self.end_others(eviction, &entry.pod, counted, now);
     }
 
     /// Send a due eviction on: to the pacer while acting, else parked. Used for fresh and
@@ -1703,8 +1775,11 @@ impl Pipeline {
             Where::Retrying => {}
             Where::WaitingForPod => {
                 let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
-                if self.waiting.get(&key) == Some(&eviction) {
-                    self.waiting.remove(&key);
+                if let Some(waiting) = self.waiting.get_mut(&key) {
+                    waiting.retain(|id| *id != eviction);
+                    if waiting.is_empty() {
+                        self.waiting.remove(&key);
+                    }
                 }
             }
             Where::InFlight(attempt) => {
@@ -1864,7 +1939,7 @@ impl Pipeline {
         let (nodes, tainted) = self.engine.node_counts();
         let mut changes = Vec::new();
         changes.extend(self.pacer.set_node_counts(nodes, tainted));
-        if self.devices.core.take_counts_changed() {
+        if self.devices.core.take_counts_changed() && self.pacer.config().brake.is_some() {
             let (devices, tainted) = self.devices.core.device_counts();
             changes.extend(self.pacer.set_device_counts(devices, tainted));
         }
@@ -1928,7 +2003,7 @@ impl Pipeline {
             let key = (entry.pod.namespace.clone(), entry.pod.name.clone());
             if self.busy.contains_key(&key) {
                 entry.at = Where::WaitingForPod;
-                self.waiting.insert(key, id);
+                self.waiting.entry(key).or_default().push(id);
                 continue;
             }
             let attempt = AttemptId(self.next_attempt);

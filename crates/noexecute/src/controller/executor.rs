@@ -495,7 +495,7 @@ impl Executor {
         control: &Control,
         prepaid: &mut Prepaid,
     ) -> AttemptResult {
-        if !has_condition(pod, a.device.is_some()) {
+        if !has_condition(pod) {
             let patch = self.patch_condition(a, uid, pod.metadata.generation);
             match self.call_prepaid("patch", prepaid, a, control, patch).await {
                 Ok(_) => {}
@@ -741,14 +741,18 @@ impl Prepaid {
 
 /// Upstream's `UpdatePodCondition` says no patch is needed when an identical condition is
 /// there.
-fn has_condition(pod: &Pod, device: bool) -> bool {
-    let (reason, message) = condition_words(device);
+/// Whether a taint manager's condition is there already: the node one's or the device one's,
+/// whichever this attempt writes (a pod evicted for both keeps the first, `docs/deviations.md`
+/// #25).
+fn has_condition(pod: &Pod) -> bool {
     pod.status.as_ref().is_some_and(|s| {
         s.conditions.iter().any(|c| {
             c.type_ == CONDITION_TYPE
                 && c.status == "True"
-                && c.reason.as_deref() == Some(reason)
-                && c.message.as_deref() == Some(message)
+                && [false, true].into_iter().any(|device| {
+                    let (reason, message) = condition_words(device);
+                    c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message)
+                })
         })
     })
 }

@@ -204,6 +204,13 @@ pub struct RunArgs {
 
 impl RunArgs {
     fn validate(&self) -> Result<()> {
+        // Devices are not sharded by node (DeviceTaintRules and their status are
+        // cluster-wide): two shards would both evict a device-tainted pod and both write a
+        // rule's status.
+        anyhow::ensure!(
+            !(self.device_taints && self.node_selector.is_some()),
+            "--device-taints cannot be combined with --node-selector: device taints are not sharded by node; run one release with --device-taints and no selector"
+        );
         anyhow::ensure!(
             self.kube_api_qps > 0.0 && self.kube_api_qps.is_finite(),
             "--kube-api-qps must be a positive number"
@@ -296,6 +303,38 @@ async fn device_apis(client: &kube::Client) -> Result<watch::DeviceTaints> {
                 .context("--device-taints: reading whether DeviceTaintRules are served"));
         }
     };
+    // The reads must be allowed (deploy/rbac-device-taints.yaml): a listing refused forever
+    // would keep every eviction, node ones included, from starting.
+    let mut resources = vec![
+        ("resource.k8s.io/v1", "ResourceSlice", "resourceslices"),
+        ("resource.k8s.io/v1", "ResourceClaim", "resourceclaims"),
+    ];
+    if rules {
+        resources.push((
+            "resource.k8s.io/v1beta2",
+            "DeviceTaintRule",
+            "devicetaintrules",
+        ));
+    }
+    for (api_version, kind, plural) in resources {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let ar = kube::api::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), &ar);
+        api.list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+            .map_err(anyhow::Error::new)
+            .with_context(|| {
+                format!(
+                    "--device-taints: listing {plural} (is deploy/rbac-device-taints.yaml applied?)"
+                )
+            })?;
+    }
     tracing::info!(
         device_taint_rules = rules,
         "device taints: watching ResourceSlices and ResourceClaims{}",

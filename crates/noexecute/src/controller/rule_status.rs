@@ -73,6 +73,8 @@ impl RuleStatusWriter {
         }
         if !self.leadership.may_write(w.term) {
             tracing::debug!(rule = %w.rule, "rule status not written: its term of leadership is over");
+            // The pipeline took it as written: tell it otherwise.
+            let _ = self.failed.send((w.rule.clone(), w.uid.clone()));
             return;
         }
         let body = status_apply(&w, crate::adapters::time::rfc3339_now_seconds());

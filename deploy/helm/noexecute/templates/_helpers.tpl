@@ -207,6 +207,9 @@ milliseconds. */}}
 {{- fail "controller.handoverDelay must be more than 0 (leave it empty to evict when due): with no delay, both controllers would evict the same pods" -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.controller.deviceTaints .Values.controller.nodeSelector -}}
+{{- fail "controller.deviceTaints cannot be combined with controller.nodeSelector: device taints are not sharded by node" -}}
+{{- end -}}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) -}}
 {{- fail "leaderElection.enabled=false needs replicaCount 1: every replica would act" -}}
 {{- end -}}
