@@ -935,3 +935,48 @@ fn a_rules_status_waits_10_s_after_its_last_write_and_not_for_a_new_generation()
         "1 pod needs to be evicted in 1 namespace."
     );
 }
+
+/// The review's finding: a node eviction and a device eviction may both wait for the pod's
+/// earlier attempt; when it reports, both go on (one at a time), and the device one is not
+/// lost when the node one is cancelled.
+#[test]
+fn a_node_and_a_device_eviction_may_both_wait_for_a_pods_attempt() {
+    let mut p = Pipeline::acting(config());
+    p.upsert_node(&node(false), false, t(0));
+    p.upsert_claim(claim("train-0", "gpu-0", None), t(0));
+    p.upsert_pod(pod("train-0"), t(0));
+    p.upsert_slice(slice(&["gpu-0"], t(0)), t(0));
+    let first = starts(&drain(&mut p));
+    assert_eq!(first.len(), 1);
+    // The device taint flaps: the first attempt is told to stop, the pod stays busy.
+    p.upsert_slice(slice(&[], t(0)), t(1));
+    p.upsert_slice(slice(&["gpu-0"], t(1)), t(1));
+    // The node gets tainted too: both wait for the first attempt.
+    p.upsert_node(&node(true), false, t(1));
+    assert_eq!(starts(&drain(&mut p)), vec![], "one attempt at a time");
+    p.report(
+        AttemptReport {
+            attempt: first[0].id,
+            result: AttemptResult::Cancelled,
+        },
+        t(2),
+    );
+    let second = starts(&drain(&mut p));
+    assert_eq!(second.len(), 1, "one of the two goes on");
+    // Whichever went first is stopped (its cause goes away); the other then goes on.
+    if second[0].device.is_some() {
+        p.upsert_slice(slice(&[], t(1)), t(3));
+    } else {
+        p.upsert_node(&node(false), false, t(3));
+    }
+    p.report(
+        AttemptReport {
+            attempt: second[0].id,
+            result: AttemptResult::Cancelled,
+        },
+        t(3),
+    );
+    let third = starts(&drain(&mut p));
+    assert_eq!(third.len(), 1, "the other was not lost");
+    assert_ne!(third[0].device.is_some(), second[0].device.is_some());
+}
