@@ -886,10 +886,7 @@ impl Pipeline {
         }
         let pod = entry.pod.clone();
         self.forget(id);
-        if let Some(t) = self.devices.remove(id) {
-            self.devices.core.evicted(&t.pod);
-            self.touch_rules(&t.eviction.reasons, now);
-        }
+        self.end_device(id, true, now);
         self.effects.push_back(Effect::Decided(Action::Skip {
             pod,
             eviction: id,
@@ -1375,9 +1372,7 @@ impl Pipeline {
         if view.as_ref().is_some_and(|v| v.terminating) {
             // Already being deleted: no second delete (`docs/deviations.md` #4). Upstream
             // counts it as evicted (§22.8, quirk 2), and so does the rule's status.
-            self.devices.remove(id);
-            self.devices.core.evicted(key);
-            self.touch_rules(&tracked.eviction.reasons, now);
+            self.end_device(id, true, now);
             self.effects.push_back(Effect::Decided(Action::Skip {
                 pod,
                 eviction: id,
@@ -1439,17 +1434,9 @@ impl Pipeline {
             let pod = entry.pod.clone();
             self.forget(id);
             if is_device(id) {
-                if let Some(t) = self.devices.remove(id) {
-                    if evicted {
-                        // As upstream's device controller finds the pod terminating (§22.8,
-                        // quirk 2).
-                        self.devices.core.evicted(&t.pod);
-                        self.touch_rules(&t.eviction.reasons, now);
-                    } else {
-                        // Gone, replaced, or a dry run: as upstream's finds it, not counted.
-                        self.devices.core.gone(&t.pod);
-                    }
-                }
+                // As upstream's device controller would find the pod: terminating (counted,
+                // §22.8, quirk 2), or gone, replaced, or not touched by a dry run (not).
+                self.end_device(id, evicted, now);
             } else {
                 let report = Report {
                     namespace: pod.namespace.clone(),
@@ -1537,20 +1524,10 @@ impl Pipeline {
                 return;
             }
             AttemptResult::Failed { refused, .. } => {
-                let jitter = self.jitter();
-                let Some(e) = self.entries.get_mut(&eviction) else {
+                let Some(retry_at) = self.failed(eviction, refused, now) else {
                     return;
                 };
-                e.failures += 1;
-                // The --pdb-timeout clock runs from the first refusal; a transient failure in
-                // between (or of the fallback DELETE itself) does not restart it.
-                if refused {
-                    e.refused_since.get_or_insert(now);
-                }
-                e.at = Where::Retrying;
-                Outcome::Failed {
-                    retry_at: now.plus(self.config.backoff.delay(e.failures, jitter)),
-                }
+                Outcome::Failed { retry_at }
             }
         };
         let Some(entry) = self.entries.get(&eviction) else {
@@ -1588,16 +1565,9 @@ impl Pipeline {
                 return;
             }
             AttemptResult::Failed { refused, .. } => {
-                let jitter = self.jitter();
-                let Some(e) = self.entries.get_mut(&eviction) else {
+                let Some(retry_at) = self.failed(eviction, refused, now) else {
                     return;
                 };
-                e.failures += 1;
-                if refused {
-                    e.refused_since.get_or_insert(now);
-                }
-                e.at = Where::Retrying;
-                let retry_at = now.plus(self.config.backoff.delay(e.failures, jitter));
                 // Not before its time, if that moved later while the attempt was in flight.
                 let due = self
                     .devices
@@ -1613,15 +1583,38 @@ impl Pipeline {
         let Some(entry) = self.entries.remove(&eviction) else {
             return;
         };
-        if let Some(t) = self.devices.remove(eviction) {
-            if counted {
-                self.devices.core.evicted(&t.pod);
-                self.touch_rules(&t.eviction.reasons, now);
-            } else {
-                self.devices.core.gone(&t.pod);
-            }
-        }
+        self.end_device(eviction, counted, now);
         self.end_others(eviction, &entry.pod, counted, now);
+    }
+
+    /// A device eviction is over: the pod was evicted (`counted`: each rule among its reasons
+    /// counts it, and its status is looked at within 10 s) or found gone; either way the pod
+    /// is not due again while it exists.
+    fn end_device(&mut self, id: EvictionId, counted: bool, now: Time) {
+        let Some(t) = self.devices.remove(id) else {
+            return;
+        };
+        if counted {
+            self.devices.core.evicted(&t.pod);
+            self.touch_rules(&t.eviction.reasons, now);
+        } else {
+            self.devices.core.gone(&t.pod);
+        }
+    }
+
+    /// An attempt failed: count it (and when the Eviction API first refused), mark the entry
+    /// retrying; when its retry is due by the backoff.
+    fn failed(&mut self, eviction: EvictionId, refused: bool, now: Time) -> Option<Time> {
+        let jitter = self.jitter();
+        let e = self.entries.get_mut(&eviction)?;
+        e.failures += 1;
+        // The --pdb-timeout clock runs from the first refusal; a transient failure in
+        // between (or of the fallback DELETE itself) does not restart it.
+        if refused {
+            e.refused_since.get_or_insert(now);
+        }
+        e.at = Where::Retrying;
+        Some(now.plus(self.config.backoff.delay(e.failures, jitter)))
     }
 
     /// Send a due eviction on: to the pacer while acting, else parked. Used for fresh and
