@@ -176,7 +176,7 @@ async fn run(who: Who) -> Result<Run> {
     .await?;
 
     let log = EvictionLog::start(ns.pods());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    log.listed(Duration::from_secs(10)).await?;
     let rule_name = format!("{}-all", ns.name);
     let started = Instant::now();
     rules

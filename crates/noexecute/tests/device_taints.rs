@@ -217,6 +217,7 @@ async fn scenario(who: Who) -> Result<Outcome> {
 
     // Taint gpu-0, gpu-1 and gpu-2 in the slice.
     let log = EvictionLog::start(ns.pods());
+    log.listed(Duration::from_secs(10)).await?;
     let tainted = Instant::now();
     slices
         .patch(

@@ -701,6 +701,8 @@ pub async fn wait_all_evicted(
 /// taint's `timeAdded`). The watch stops when the log is dropped.
 pub struct EvictionLog {
     seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, (Instant, std::time::SystemTime)>>>,
+    /// The watch's first listing completed: evictions from then on are seen.
+    listed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -708,9 +710,14 @@ impl EvictionLog {
     pub fn start(pods: Api<Pod>) -> EvictionLog {
         let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<_, _>>> = Default::default();
         let sink = seen.clone();
+        let listed: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let done = listed.clone();
         let task = tokio::spawn(async move {
             let mut stream = watcher(pods, watcher::Config::default()).boxed();
             while let Ok(Some(event)) = stream.try_next().await {
+                if matches!(event, watcher::Event::InitDone) {
+                    done.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
                 let (pod, gone) = match event {
                     watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
                     watcher::Event::Delete(p) => (p, true),
@@ -725,7 +732,17 @@ impl EvictionLog {
                 }
             }
         });
-        EvictionLog { seen, task }
+        EvictionLog { seen, listed, task }
+    }
+
+    /// Until the watch has listed (bounded): an eviction before that could be missed.
+    pub async fn listed(&self, timeout: Duration) -> Result<()> {
+        let flag = self.listed.clone();
+        eventually(timeout, "the eviction log's first listing", move || {
+            let flag = flag.clone();
+            async move { Ok(flag.load(std::sync::atomic::Ordering::SeqCst).then_some(())) }
+        })
+        .await
     }
 
     /// When `name` was first seen evicted (wall clock).
