@@ -192,6 +192,21 @@ impl fmt::Display for TaintSource {
     }
 }
 
+/// One `NoExecute` taint on a device allocated to a pod ([`Devices::pod_taints`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodDeviceTaint {
+    /// The ResourceClaim (in the pod's namespace) the device is allocated to.
+    pub claim: String,
+    /// `driver/pool/device`.
+    pub device: String,
+    pub taint: Taint,
+    pub source: TaintSource,
+    /// The tolerations of the claim's request for this device.
+    pub tolerations: Vec<Toleration>,
+    /// When it makes the pod due; `None` when tolerated forever.
+    pub at: Option<Time>,
+}
+
 /// When a pod is due because of its devices, and the taints that make it so.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceEviction {
@@ -784,26 +799,32 @@ impl Devices {
         }
     }
 
+    /// The claims that count for the pod: allocated, reserved for it and (from a template)
+    /// owned by it. None for an unscheduled pod.
+    fn usable_claims<'a>(&'a self, pod: &'a DevicePod) -> impl Iterator<Item = &'a ClaimState> {
+        let scheduled = pod.node.is_some();
+        pod.claims
+            .iter()
+            .filter(move |_| scheduled)
+            .filter_map(move |entry| {
+                let (name, check_owner) = match entry {
+                    PodClaim::Named(n) => (n, false),
+                    PodClaim::FromTemplate(Some(n)) => (n, true),
+                    PodClaim::FromTemplate(None) => return None,
+                };
+                let state = self.claims.get(&(pod.namespace.clone(), name.clone()))?;
+                let claim = &state.claim;
+                let usable = claim.allocation.is_some()
+                    && (!check_owner || claim.owner.as_ref() == Some(&pod.uid))
+                    && claim.reserved_for.iter().any(|c| c.uid == pod.uid);
+                usable.then_some(state)
+            })
+    }
+
     /// The pod's time: the earliest of its usable claims', with all their reasons.
     pub fn pod_eviction(&self, pod: &DevicePod) -> Option<DeviceEviction> {
-        pod.node.as_ref()?;
         let mut out: Option<DeviceEviction> = None;
-        for entry in &pod.claims {
-            let (name, check_owner) = match entry {
-                PodClaim::Named(n) => (n, false),
-                PodClaim::FromTemplate(Some(n)) => (n, true),
-                PodClaim::FromTemplate(None) => continue,
-            };
-            let Some(state) = self.claims.get(&(pod.namespace.clone(), name.clone())) else {
-                continue;
-            };
-            let claim = &state.claim;
-            if claim.allocation.is_none()
-                || (check_owner && claim.owner.as_ref() != Some(&pod.uid))
-                || !claim.reserved_for.iter().any(|c| c.uid == pod.uid)
-            {
-                continue;
-            }
+        for state in self.usable_claims(pod) {
             if let Some(eviction) = &state.eviction {
                 out = Some(match out {
                     None => eviction.clone(),
@@ -814,50 +835,86 @@ impl Devices {
         out
     }
 
+    /// Every `NoExecute` taint on the devices allocated to the pod's usable claims, with the
+    /// tolerations of the request and the time it makes the pod due (`None`: tolerated
+    /// forever, or no `timeAdded`). What `explain` and `plan` show.
+    pub fn pod_taints(&self, pod: &DevicePod) -> Vec<PodDeviceTaint> {
+        let mut out = Vec::new();
+        for state in self.usable_claims(pod) {
+            for (allocated, taint, source) in self.claim_taints(&state.claim) {
+                out.push(PodDeviceTaint {
+                    claim: state.claim.name.clone(),
+                    device: format!(
+                        "{}/{}/{}",
+                        allocated.driver, allocated.pool, allocated.device
+                    ),
+                    taint: taint.clone(),
+                    source,
+                    tolerations: allocated.tolerations.clone(),
+                    at: taint_time(taint, &allocated.tolerations),
+                });
+            }
+        }
+        out
+    }
+
+    /// The `NoExecute` taints of each device allocated to the claim: the slice's, then the
+    /// matching rules'.
+    fn claim_taints<'a>(
+        &'a self,
+        claim: &'a Claim,
+    ) -> impl Iterator<Item = (&'a AllocatedDevice, &'a Taint, TaintSource)> + 'a {
+        claim
+            .allocation
+            .iter()
+            .flatten()
+            .flat_map(move |allocated| {
+                let pool = self
+                    .pools
+                    .get(&(allocated.driver.clone(), allocated.pool.clone()));
+                let device = pool.and_then(|p| p.device(&allocated.device));
+                let slice_taints = device.into_iter().flat_map(|(slice, device)| {
+                    device.taints.iter().enumerate().map(move |(index, taint)| {
+                        (
+                            taint,
+                            TaintSource::Slice {
+                                driver: slice.driver.clone(),
+                                pool: slice.pool.clone(),
+                                device: device.name.clone(),
+                                index,
+                                slice: slice.name.clone(),
+                            },
+                        )
+                    })
+                });
+                let rule_taints = self
+                    .rules
+                    .values()
+                    .filter(|r| r.selector.as_ref().is_some_and(|s| s.matches(allocated)))
+                    .map(|r| {
+                        (
+                            &r.taint,
+                            TaintSource::Rule {
+                                name: r.name.clone(),
+                                uid: r.uid.clone(),
+                            },
+                        )
+                    });
+                slice_taints
+                    .chain(rule_taints)
+                    .filter(|(taint, _)| taint.effect == TaintEffect::NoExecute)
+                    .map(move |(taint, source)| (allocated, taint, source))
+            })
+    }
+
     /// Upstream's `claimEvictionTime` (`docs/parity.md` §22.3–§22.4).
     fn claim_eviction(&self, claim: &Claim) -> Option<DeviceEviction> {
         let mut at: Option<Time> = None;
         let mut reasons = BTreeSet::new();
-        for allocated in claim.allocation.iter().flatten() {
-            let pool = self
-                .pools
-                .get(&(allocated.driver.clone(), allocated.pool.clone()));
-            let device = pool.and_then(|p| p.device(&allocated.device));
-            let slice_taints = device.into_iter().flat_map(|(slice, device)| {
-                device.taints.iter().enumerate().map(move |(index, taint)| {
-                    (
-                        taint,
-                        TaintSource::Slice {
-                            driver: slice.driver.clone(),
-                            pool: slice.pool.clone(),
-                            device: device.name.clone(),
-                            index,
-                            slice: slice.name.clone(),
-                        },
-                    )
-                })
-            });
-            let rule_taints = self
-                .rules
-                .values()
-                .filter(|r| r.selector.as_ref().is_some_and(|s| s.matches(allocated)))
-                .map(|r| {
-                    (
-                        &r.taint,
-                        TaintSource::Rule {
-                            name: r.name.clone(),
-                            uid: r.uid.clone(),
-                        },
-                    )
-                });
-            for (taint, source) in slice_taints.chain(rule_taints) {
-                if taint.effect != TaintEffect::NoExecute {
-                    continue;
-                }
-                if let Some(time) = taint_time(taint, &allocated.tolerations) {
-                    at = Some(at.map_or(time, |a| a.min(time)));
-                    reasons.insert(source);
-                }
+        for (allocated, taint, source) in self.claim_taints(claim) {
+            if let Some(time) = taint_time(taint, &allocated.tolerations) {
+                at = Some(at.map_or(time, |a| a.min(time)));
+                reasons.insert(source);
             }
         }
         at.map(|at| DeviceEviction {

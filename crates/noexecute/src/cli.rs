@@ -92,7 +92,8 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 /// Where `plan` and `explain` read the cluster from.
 #[derive(Debug, Args, Clone)]
 pub struct SourceArgs {
-    /// A snapshot file: the output of `kubectl get nodes,pods -A -o json`. Without it the
+    /// A snapshot file: the output of `kubectl get nodes,pods -A -o json` (with
+    /// `,resourceslices,resourceclaims,devicetaintrules` for device taints). Without it the
     /// cluster is read live (read-only: list calls only).
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
@@ -171,6 +172,14 @@ pub struct HypothesisArgs {
     /// --taint-selector topology.kubernetes.io/zone=a node.kubernetes.io/unreachable:NoExecute
     #[arg(long = "taint-selector", num_args = 2, value_names = ["SELECTOR", "TAINT"])]
     pub selectors: Vec<String>,
+    /// Add a taint to a device in its ResourceSlice, as its driver would:
+    /// DRIVER/POOL/DEVICE=key[=value]:Effect (repeatable; `timeAdded` is now).
+    #[arg(long = "device-taint", value_name = "DEVICE=TAINT", value_parser = plan::parse_device_taint)]
+    pub device_taints: Vec<plan::DeviceTaint>,
+    /// Create this DeviceTaintRule (a YAML or JSON manifest; repeatable), as of now unless
+    /// its taint has a `timeAdded`.
+    #[arg(long = "device-rule", value_name = "FILE")]
+    pub device_rules: Vec<PathBuf>,
 }
 
 impl HypothesisArgs {
@@ -184,9 +193,16 @@ impl HypothesisArgs {
             let taint = plan::parse_taint(taint).map_err(anyhow::Error::msg)?;
             selected.push((selector, taint));
         }
+        let rules = self
+            .device_rules
+            .iter()
+            .map(|path| crate::adapters::device::read_rule(path))
+            .collect::<Result<_, _>>()?;
         Ok(plan::Hypothesis {
             taints: self.taints.clone(),
             selected,
+            device_taints: self.device_taints.clone(),
+            rules,
         })
     }
 }

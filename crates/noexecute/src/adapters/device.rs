@@ -152,6 +152,56 @@ impl ResourceSlice {
     }
 }
 
+/// A DeviceTaintRule manifest from a file (YAML or JSON), as `plan --device-rule` reads it:
+/// `kind: DeviceTaintRule` with a name, a taint with a key and an effect.
+pub fn read_rule(
+    path: &std::path::Path,
+) -> Result<DeviceTaintRule, crate::adapters::input::InputError> {
+    use crate::adapters::input::{InputError, json_error, yaml_error};
+    let text = std::fs::read_to_string(path).map_err(|cause| InputError::Read {
+        path: path.to_path_buf(),
+        cause,
+    })?;
+    let syntax = |(line, column, message): (usize, usize, String)| InputError::Syntax {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    let invalid = |field: &str, message: String| InputError::Invalid {
+        path: path.to_path_buf(),
+        field: field.into(),
+        message,
+    };
+    let value: serde_json::Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).map_err(|e| syntax(json_error(&e)))?
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| syntax(yaml_error(&e)))?
+    };
+    match value.get("kind").and_then(|k| k.as_str()) {
+        Some("DeviceTaintRule") => {}
+        Some(other) => {
+            return Err(invalid(
+                "kind",
+                format!("{other:?}, expected DeviceTaintRule"),
+            ));
+        }
+        None => return Err(invalid("kind", "missing (expected DeviceTaintRule)".into())),
+    }
+    let rule: DeviceTaintRule =
+        serde_json::from_value(value).map_err(|e| invalid("spec", e.to_string()))?;
+    if rule.metadata.name.is_empty() {
+        return Err(invalid("metadata.name", "missing".into()));
+    }
+    if rule.spec.taint.key.is_empty() {
+        return Err(invalid("spec.taint.key", "missing".into()));
+    }
+    if rule.spec.taint.effect.is_empty() {
+        return Err(invalid("spec.taint.effect", "missing".into()));
+    }
+    Ok(rule)
+}
+
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct DeviceTaintRule {

@@ -282,27 +282,14 @@ pub fn init_logging(format: LogFormat) {
 /// `resource.k8s.io/v1` (required), DeviceTaintRules in `v1beta2` (optional, as upstream's
 /// controller reads them only with `DRADeviceTaintRules` on).
 async fn device_apis(client: &kube::Client) -> Result<watch::DeviceTaints> {
-    let served = |list: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList,
-                  name: &str| list.resources.iter().any(|r| r.name == name);
-    let v1 = client
-        .list_api_group_resources("resource.k8s.io/v1")
+    let served = crate::adapters::client::dra_served(client)
         .await
-        .context("--device-taints: reading which resource.k8s.io/v1 resources are served (Kubernetes 1.34 or later is needed)")?;
+        .context("--device-taints: reading which resource.k8s.io resources are served")?;
     anyhow::ensure!(
-        served(&v1, "resourceslices") && served(&v1, "resourceclaims"),
-        "--device-taints: the API server does not serve resourceslices and resourceclaims in resource.k8s.io/v1"
+        served.slices_and_claims,
+        "--device-taints: the API server does not serve resourceslices and resourceclaims in resource.k8s.io/v1 (Kubernetes 1.34 or later is needed)"
     );
-    let rules = match client
-        .list_api_group_resources("resource.k8s.io/v1beta2")
-        .await
-    {
-        Ok(list) => served(&list, "devicetaintrules"),
-        Err(kube::Error::Api(s)) if s.code == 404 => false,
-        Err(e) => {
-            return Err(anyhow::Error::new(e)
-                .context("--device-taints: reading whether DeviceTaintRules are served"));
-        }
-    };
+    let rules = served.rules;
     // The reads must be allowed (deploy/rbac-device-taints.yaml): a listing refused forever
     // would keep every eviction, node ones included, from starting.
     let mut resources = vec![

@@ -1,6 +1,8 @@
 //! `noexecute explain NAMESPACE/POD`: the pod's tolerations against its node's `NoExecute`
-//! taints, which toleration matches which taint, the decision and the deadline. The decision
-//! and the deadline come from the same engine run as `plan`.
+//! taints, which toleration matches which taint; the `NoExecute` taints of the devices
+//! allocated to its ResourceClaims, where each comes from and which toleration of the claim's
+//! request decides it; the decision and the deadline. The decision and the deadline come from
+//! the same pipeline run as `plan`.
 
 use std::fmt::Write;
 
@@ -32,6 +34,9 @@ pub struct Explanation {
     pub other_taints: usize,
     pub no_execute_taints: Vec<TaintLine>,
     pub tolerations: Vec<TolerationLine>,
+    /// `NoExecute` taints on the devices allocated to the pod's claims.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_taints: Vec<DeviceTaintLine>,
     /// Absent for a pod bound to no node.
     pub decision: Option<Decision>,
     /// A countdown of an existing taint is estimated from its `timeAdded`.
@@ -46,6 +51,24 @@ pub struct TaintLine {
     pub added: Option<String>,
     /// 1-based index of the first toleration that tolerates it.
     pub tolerated_by: Option<usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceTaintLine {
+    /// `driver/pool/device`.
+    pub device: String,
+    /// The pod's ResourceClaim it is allocated to.
+    pub claim: String,
+    pub taint: String,
+    /// Where the taint comes from: a DeviceTaintRule, or the device's ResourceSlice.
+    pub source: String,
+    /// RFC 3339.
+    pub added: Option<String>,
+    /// The toleration of the claim's request that decides the time, if any.
+    pub tolerated_by: Option<String>,
+    /// When it makes the pod due (RFC 3339); absent when tolerated forever.
+    pub due: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -101,6 +124,7 @@ pub fn explain(
         other_taints: 0,
         no_execute_taints: Vec::new(),
         tolerations: Vec::new(),
+        device_taints: Vec::new(),
         decision: None,
         estimated: false,
     };
@@ -151,6 +175,19 @@ pub fn explain(
         .any(|t| t.time_added.is_some_and(|a| a < now));
     let result = plan::run(state, hypothesis, now, None, policy, comparison_operators)?;
     let row = result.rows.iter().find(|r| r.pod == target);
+    out.device_taints = row
+        .into_iter()
+        .flat_map(|r| &r.device_taints)
+        .map(|t| DeviceTaintLine {
+            device: t.device.clone(),
+            claim: t.claim.clone(),
+            taint: t.taint.to_string(),
+            source: t.source.to_string(),
+            added: t.taint.time_added.map(plan::timestamp),
+            tolerated_by: plan::device_toleration(&t.taint, &t.tolerations).map(|t| t.to_string()),
+            due: t.at.map(plan::timestamp),
+        })
+        .collect();
     out.decision = Some(match row {
         Some(r) => Decision {
             action: if r.evicted_at.is_some() {
@@ -169,7 +206,7 @@ pub fn explain(
             action: "keep",
             at: None,
             in_seconds: None,
-            reason: "the node has no NoExecute taints".to_string(),
+            reason: "neither the node nor the pod's devices have NoExecute taints".to_string(),
             evicted_at: None,
         },
     });
@@ -247,6 +284,31 @@ impl Explanation {
                 format!("used for {}", t.used_for.join(", "))
             };
             let _ = writeln!(out, "  #{} {}\n      {note}", i + 1, t.toleration);
+        }
+        if !self.device_taints.is_empty() {
+            let _ = writeln!(
+                out,
+                "Devices: {} NoExecute taint(s) on devices allocated to its claims",
+                self.device_taints.len()
+            );
+        }
+        for t in &self.device_taints {
+            let since = t
+                .added
+                .as_ref()
+                .map(|a| format!(", added {a}"))
+                .unwrap_or_default();
+            let fate = match (&t.tolerated_by, &t.due) {
+                (Some(by), Some(due)) => format!("tolerated by {by}: due {due}"),
+                (Some(by), None) => format!("tolerated forever by {by}"),
+                (None, Some(due)) => format!("NOT TOLERATED by the claim's request: due {due}"),
+                (None, None) => "ignored: it has no timeAdded".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  {} on device {} (claim {}; {}{since})\n      {fate}",
+                t.taint, t.device, t.claim, t.source
+            );
         }
         let line = match decision.evicted_at {
             Some(at) if at <= now => format!("evict now: {}", decision.reason),

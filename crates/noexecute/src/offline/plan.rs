@@ -1,13 +1,16 @@
 //! `noexecute plan`: who would be evicted, and when, if these taints were added to a real
-//! cluster's nodes now; and who is safe, and why.
+//! cluster's nodes or devices now; and who is safe, and why.
 //!
-//! The engine is fed the cluster's current nodes and pods at the current wall-clock time, then
-//! the hypothetical taints, and runs on a virtual clock until nothing is pending. Existing
-//! `NoExecute` taints are counted from their `timeAdded` (the best estimate of when the
-//! running controller started counting), hypothetical ones from now.
+//! The pipeline is fed the cluster's current nodes and pods (and its ResourceSlices,
+//! ResourceClaims and DeviceTaintRules, if it has any) at the current wall-clock time, then
+//! the hypothetical taints and rules, and runs on a virtual clock until nothing is pending.
+//! Existing `NoExecute` taints are counted from their `timeAdded` (the best estimate of when
+//! the running controller started counting; for devices it is exactly what upstream counts
+//! from), hypothetical ones from now.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use noexecute_engine::device::{DeviceAction, PodDeviceTaint, TaintSource};
 use noexecute_engine::pipeline::Watched;
 use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::{TolerationTime, first_tolerating};
@@ -57,11 +60,53 @@ pub fn parse_node_taint(s: &str) -> Result<NodeTaint, String> {
     })
 }
 
-/// The hypothetical change: taints on named nodes and on nodes matching selectors.
+/// `--device-taint DRIVER/POOL/DEVICE=key[=value]:Effect`: a taint a driver would publish on
+/// one device of its ResourceSlice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceTaint {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    pub taint: Taint,
+}
+
+impl DeviceTaint {
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// The driver is a DNS subdomain and the device a DNS label, neither with a `/`; the pool name
+/// may have some, so it is what lies between the first and the last.
+pub fn parse_device_taint(s: &str) -> Result<DeviceTaint, String> {
+    let (device, taint) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected DRIVER/POOL/DEVICE=key[=value]:Effect"))?;
+    let (driver, rest) = device
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected DRIVER/POOL/DEVICE before the ="))?;
+    let (pool, name) = rest
+        .rsplit_once('/')
+        .ok_or_else(|| format!("{s:?}: expected DRIVER/POOL/DEVICE before the ="))?;
+    if driver.is_empty() || pool.is_empty() || name.is_empty() {
+        return Err(format!("{s:?}: empty driver, pool or device name"));
+    }
+    Ok(DeviceTaint {
+        driver: driver.into(),
+        pool: pool.into(),
+        device: name.into(),
+        taint: parse_taint(taint)?,
+    })
+}
+
+/// The hypothetical change: taints on named nodes and on nodes matching selectors; taints on
+/// named devices; DeviceTaintRules as if created now.
 #[derive(Clone, Debug, Default)]
 pub struct Hypothesis {
     pub taints: Vec<NodeTaint>,
     pub selected: Vec<(Selector, Taint)>,
+    pub device_taints: Vec<DeviceTaint>,
+    pub rules: Vec<crate::adapters::device::DeviceTaintRule>,
 }
 
 impl Hypothesis {
@@ -100,7 +145,26 @@ impl Hypothesis {
                 ));
             }
         }
+        for t in &self.device_taints {
+            let published = state.slices.iter().any(|s| {
+                s.spec.driver == t.driver
+                    && s.spec.pool.name == t.pool
+                    && s.spec.devices.iter().any(|d| d.name == t.device)
+            });
+            if !published {
+                return Err(format!(
+                    "--device-taint: device {} is in no ResourceSlice of {}",
+                    t.id(),
+                    state.source
+                ));
+            }
+        }
         Ok(out)
+    }
+
+    /// Whether it touches devices.
+    pub fn has_devices(&self) -> bool {
+        !(self.device_taints.is_empty() && self.rules.is_empty())
     }
 }
 
@@ -114,9 +178,22 @@ pub struct Row {
     /// Due, but held by the mass-eviction brake (or rate limits) past the horizon.
     pub held: bool,
     pub reason: String,
+    /// The `NoExecute` taints on the devices allocated to the pod, if any.
+    pub device_taints: Vec<PodDeviceTaint>,
 }
 
 impl Row {
+    /// The tainted devices (`driver/pool/device`) allocated to the pod.
+    pub fn devices(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .device_taints
+            .iter()
+            .map(|t| t.device.clone())
+            .collect();
+        out.dedup();
+        out
+    }
+
     pub fn decision(&self) -> &'static str {
         if self.evicted_at.is_some() {
             "evict"
@@ -138,8 +215,28 @@ pub struct Plan {
     pub unaffected_nodes: usize,
     pub source: String,
     pub horizon: Option<Time>,
-    /// The mass-eviction brake engaged with the hypothesis applied: (tainted, nodes).
-    pub brake: Option<(usize, usize)>,
+    /// The mass-eviction brake engaged with the hypothesis applied.
+    pub brake: Option<BrakeFigures>,
+}
+
+/// What the brake counted when it engaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BrakeFigures {
+    pub tainted: usize,
+    pub nodes: usize,
+    /// (published devices, `NoExecute`-tainted devices); (0, 0) without devices.
+    pub devices: (usize, usize),
+}
+
+impl std::fmt::Display for BrakeFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {} nodes", self.tainted, self.nodes)?;
+        let (published, tainted) = self.devices;
+        if published > 0 {
+            write!(f, " and {tainted} of {published} devices")?;
+        }
+        write!(f, " NoExecute-tainted")
+    }
 }
 
 /// Run the plan at wall-clock time `now` (Unix milliseconds), up to `horizon` if given.
@@ -154,9 +251,13 @@ pub fn run(
     comparison_operators: bool,
 ) -> Result<Plan, String> {
     let added = hypothesis.resolve(&state)?;
+    let device_taints = state.has_devices() || hypothesis.has_devices();
     let ClusterState {
         nodes: listed_nodes,
         pods: listed_pods,
+        slices,
+        claims,
+        rules,
         source,
         ..
     } = state;
@@ -167,11 +268,25 @@ pub fn run(
     config.deadline_from_time_added = true;
     let mut pipeline_config = policy.pipeline_config(comparison_operators, usize::MAX, 0);
     pipeline_config.engine = config;
+    pipeline_config.device_taints = device_taints;
     // As the live controller: nothing starts before the whole state is known (so the brake
     // sees every node), then this "replica" leads.
     let mut pipeline = Pipeline::new(pipeline_config);
-    pipeline.listing_started(Watched::Nodes);
-    pipeline.listing_started(Watched::Pods);
+    let watched: &[Watched] = if device_taints {
+        &[
+            Watched::Nodes,
+            Watched::Pods,
+            Watched::Slices,
+            Watched::Claims,
+            Watched::Rules,
+        ]
+    } else {
+        &[Watched::Nodes, Watched::Pods]
+    };
+    for what in watched {
+        pipeline.listing_started(*what);
+    }
+    devices_in(&mut pipeline, slices, claims, rules, hypothesis, now);
     let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
     let mut released: BTreeSet<String> = BTreeSet::new();
     for n in listed_nodes {
@@ -200,8 +315,9 @@ pub fn run(
         };
         pipeline.upsert_node(&obs, released.contains(node), now);
     }
-    pipeline.listing_done(Watched::Nodes, now);
-    pipeline.listing_done(Watched::Pods, now);
+    for what in watched {
+        pipeline.listing_done(*what, now);
+    }
     pipeline.set_leading(true, now);
     // The planned executor evicts at once; evicted pods stay (terminating) for the rows.
     let mut clock = now;
@@ -224,14 +340,27 @@ pub fn run(
                     );
                     due.insert(pod.to_string(), (deadline, reason));
                 }
+                PipelineEffect::Device(DeviceAction::Evict { pod, eviction }) => {
+                    let reason = device_reasons(&eviction.reasons);
+                    due.insert(pod.to_string(), (eviction.at, reason));
+                }
+                PipelineEffect::Device(DeviceAction::Cancel { pod, .. }) => {
+                    due.remove(&pod.to_string());
+                }
                 PipelineEffect::Decided(Action::Skip { pod, .. }) => {
                     skipped.insert(pod.to_string());
                 }
                 PipelineEffect::Brake(noexecute_engine::BrakeChange::Engaged {
                     tainted,
                     nodes,
-                    ..
-                }) => brake = Some((tainted, nodes)),
+                    devices,
+                }) => {
+                    brake = Some(BrakeFigures {
+                        tainted,
+                        nodes,
+                        devices,
+                    })
+                }
                 PipelineEffect::Start(attempt) => {
                     let pod = attempt.pod.to_string();
                     if let Some((deadline, reason)) = due.get(&pod) {
@@ -275,11 +404,20 @@ pub fn run(
         let Some(node) = view.pod.node.as_deref() else {
             continue;
         };
-        let Some(taints) = engine.node_taints(node) else {
+        let device_taints = engine
+            .devices()
+            .pod(&view.pod.namespace, &view.pod.name)
+            .map(|p| engine.devices().pod_taints(p))
+            .unwrap_or_default();
+        let node_taints = engine.node_taints(node);
+        if node_taints.is_none() && device_taints.is_empty() {
             unaffected_pods += 1;
             continue;
-        };
-        affected.insert(node.to_string());
+        }
+        let taints = node_taints.unwrap_or_default();
+        if node_taints.is_some() {
+            affected.insert(node.to_string());
+        }
         let row = if let Some((at, reason)) = evicted.get(&pod) {
             Row {
                 pod,
@@ -287,12 +425,13 @@ pub fn run(
                 evicted_at: Some(*at),
                 held: false,
                 reason: reason.clone(),
+                device_taints,
             }
         } else if let Some((deadline, reason)) = due.get(&pod) {
             let why = match brake {
-                Some((tainted, nodes)) if pipeline.braking() && !pipeline.is_released(node) => {
+                Some(figures) if pipeline.braking() && !pipeline.is_released(node) => {
                     format!(
-                        "held by the mass-eviction brake ({tainted} of {nodes} nodes NoExecute-tainted); release with the node annotation {}=true",
+                        "held by the mass-eviction brake ({figures}); release with the node annotation {}=true",
                         crate::adapters::policy::RELEASE_ANNOTATION
                     )
                 }
@@ -307,6 +446,7 @@ pub fn run(
                     "due {}: {reason}; {why}",
                     crate::offline::plan::relative(*deadline, now)
                 ),
+                device_taints,
             }
         } else {
             let verdict = noexecute_engine::toleration::verdict(
@@ -324,13 +464,20 @@ pub fn run(
                     crate::offline::plan::relative(e.deadline, now)
                 )
             } else {
-                match verdict {
-                    Verdict::Tolerated {
-                        time: TolerationTime::Forever,
-                        ..
-                    } => forever_reason(taints, view.tolerations, config.comparison_operators),
-                    _ => "not evicted".to_string(),
+                let mut parts = Vec::new();
+                if !taints.is_empty() {
+                    parts.push(match verdict {
+                        Verdict::Tolerated {
+                            time: TolerationTime::Forever,
+                            ..
+                        } => forever_reason(taints, view.tolerations, config.comparison_operators),
+                        _ => "not evicted".to_string(),
+                    });
                 }
+                if !device_taints.is_empty() {
+                    parts.push(device_safe_reason(&device_taints));
+                }
+                parts.join("; ")
             };
             Row {
                 pod,
@@ -338,6 +485,7 @@ pub fn run(
                 evicted_at: None,
                 held: false,
                 reason,
+                device_taints,
             }
         };
         rows.push(row);
@@ -369,6 +517,97 @@ pub fn run(
         horizon,
         brake: brake.filter(|_| pipeline.braking()),
     })
+}
+
+/// Feed the pipeline the DRA objects, then the hypothetical device taints (on every slice
+/// publishing the device) and rules, added now unless the rule says when.
+fn devices_in(
+    pipeline: &mut Pipeline,
+    slices: Vec<crate::adapters::device::ResourceSlice>,
+    claims: Vec<crate::adapters::device::ResourceClaim>,
+    rules: Vec<crate::adapters::device::DeviceTaintRule>,
+    hypothesis: &Hypothesis,
+    now: Time,
+) {
+    for wire in &slices {
+        let mut slice = wire.observe();
+        for t in &hypothesis.device_taints {
+            if slice.driver != t.driver || slice.pool != t.pool {
+                continue;
+            }
+            for device in slice.devices.iter_mut().filter(|d| d.name == t.device) {
+                let mut taint = t.taint.clone();
+                taint.time_added = Some(now);
+                add_or_replace(&mut device.taints, taint);
+            }
+        }
+        pipeline.upsert_slice(slice, now);
+    }
+    for wire in &claims {
+        pipeline.upsert_claim(wire.observe(), now);
+    }
+    let status = |wire: &crate::adapters::device::DeviceTaintRule| {
+        let (generation, condition) = wire.status();
+        noexecute_engine::pipeline::RuleStatus {
+            generation,
+            condition: condition.map(|c| noexecute_engine::pipeline::WrittenCondition {
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+                observed_generation: c.observed_generation,
+                last_transition: c.last_transition,
+            }),
+        }
+    };
+    for wire in &rules {
+        pipeline.upsert_rule(wire.observe(), status(wire), now);
+    }
+    for wire in &hypothesis.rules {
+        let mut rule = wire.observe();
+        if rule.uid.to_string().is_empty() {
+            rule.uid = noexecute_engine::Uid::new(&format!("planned-{}", rule.name));
+        }
+        rule.taint.time_added.get_or_insert(now);
+        pipeline.upsert_rule(rule, status(wire), now);
+    }
+}
+
+/// "DeviceTaintRule r; taint 0 of device d/p/x (ResourceSlice s)".
+fn device_reasons(reasons: &[TaintSource]) -> String {
+    let parts: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+    format!("device taints: {}", parts.join("; "))
+}
+
+/// The toleration of a device request that decides a device taint's time
+/// (`docs/parity.md` §22.4): any matching one without seconds (the taint is then ignored),
+/// else the one with the fewest.
+pub fn device_toleration<'a>(
+    taint: &noexecute_engine::Taint,
+    tolerations: &'a [noexecute_engine::Toleration],
+) -> Option<&'a noexecute_engine::Toleration> {
+    tolerations
+        .iter()
+        .filter(|t| t.effect == Some(TaintEffect::NoExecute) && t.tolerates(taint, false))
+        .min_by_key(|t| match t.toleration_seconds {
+            Some(s) if s <= noexecute_engine::toleration::MAX_TOLERATION_SECONDS => (1, s.max(0)),
+            _ => (0, 0),
+        })
+}
+
+/// Why a pod whose devices carry `NoExecute` taints is not due: each taint, and the
+/// toleration that tolerates it forever.
+fn device_safe_reason(taints: &[PodDeviceTaint]) -> String {
+    let parts: Vec<String> = taints
+        .iter()
+        .map(|t| {
+            let by = device_toleration(&t.taint, &t.tolerations).map_or_else(
+                || "(it has no timeAdded)".to_string(),
+                |tol| format!("by \"{tol}\""),
+            );
+            format!("{} on {} ({}) {by}", t.taint, t.device, t.source)
+        })
+        .collect();
+    format!("tolerates device taints forever: {}", parts.join("; "))
 }
 
 /// "tolerates a:NoExecute forever (a Exists NoExecute forever)", for each taint.
@@ -413,6 +652,133 @@ mod tests {
             Ok("node-a".into())
         );
         assert!(parse_node_taint("k:NoExecute").is_err());
+    }
+
+    /// A node, four pods each with a claim allocated one device of slice `s` (driver `d`,
+    /// pool `p`); claim `c1`'s request tolerates `k` for 30 s, `c2`'s forever.
+    fn device_snapshot() -> ClusterState {
+        let mut items = vec![
+            serde_json::json!({"kind": "Node", "metadata": {"name": "n1"}}),
+            serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": "s"},
+                "spec": {"driver": "d", "nodeName": "n1",
+                         "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                         "devices": [{"name": "g0"}, {"name": "g1"}, {"name": "g2"}, {"name": "g3"}]}}),
+        ];
+        for i in 0..4 {
+            let tolerations = match i {
+                1 => {
+                    serde_json::json!([{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}])
+                }
+                2 => serde_json::json!([{"key": "k", "operator": "Exists", "effect": "NoExecute"}]),
+                _ => serde_json::json!([]),
+            };
+            items.push(serde_json::json!({"kind": "Pod",
+                "metadata": {"name": format!("p{i}"), "namespace": "ns", "uid": format!("u{i}")},
+                "spec": {"nodeName": "n1", "containers": [],
+                         "resourceClaims": [{"name": "gpu", "resourceClaimName": format!("c{i}")}]},
+                "status": {"phase": "Running"}}));
+            items.push(serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": format!("c{i}"), "namespace": "ns", "uid": format!("cu{i}")},
+                "status": {
+                    "allocation": {"devices": {"results": [{"request": "gpu", "driver": "d", "pool": "p",
+                        "device": format!("g{i}"), "tolerations": tolerations}]}},
+                    "reservedFor": [{"resource": "pods", "name": format!("p{i}"), "uid": format!("u{i}")}]}}));
+        }
+        let text = serde_json::json!({"kind": "List", "items": items}).to_string();
+        ClusterState::parse(
+            std::path::Path::new("snap.json"),
+            &text,
+            &crate::offline::state::PodLabels::All,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn row<'a>(plan: &'a Plan, pod: &str) -> &'a Row {
+        plan.rows
+            .iter()
+            .find(|r| r.pod == pod)
+            .unwrap_or_else(|| panic!("no row for {pod}: {:?}", plan.rows))
+    }
+
+    #[test]
+    fn device_taints_and_rules_are_planned() {
+        let now = Time::from_secs(1_000_000);
+        let policy = crate::adapters::policy::Policy::default();
+        let state = device_snapshot();
+        assert_eq!((state.slices.len(), state.claims.len()), (1, 4));
+        // Nothing tainted: nothing affected.
+        let plan = run(
+            state.clone(),
+            &Hypothesis::default(),
+            now,
+            None,
+            &policy,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(plan.rows.is_empty(), "{:?}", plan.rows);
+        assert_eq!(plan.unaffected_pods, 4);
+
+        let rule: crate::adapters::device::DeviceTaintRule =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "r"},
+                "spec": {"deviceSelector": {"driver": "d", "pool": "p", "device": "g3"},
+                         "taint": {"key": "r", "effect": "NoExecute"}}
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let hypothesis = Hypothesis {
+            device_taints: ["g0", "g1", "g2"]
+                .iter()
+                .map(|d| parse_device_taint(&format!("d/p/{d}=k=v:NoExecute")))
+                .collect::<Result<_, _>>()
+                .unwrap_or_else(|e| panic!("{e}")),
+            rules: vec![rule],
+            ..Hypothesis::default()
+        };
+        let plan =
+            run(state, &hypothesis, now, None, &policy, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(row(&plan, "ns/p0").evicted_at, Some(now));
+        assert_eq!(row(&plan, "ns/p1").evicted_at, Some(now.plus_secs(30)));
+        assert_eq!(row(&plan, "ns/p3").evicted_at, Some(now));
+        assert!(row(&plan, "ns/p3").reason.contains("DeviceTaintRule r"));
+        let safe = row(&plan, "ns/p2");
+        assert_eq!(safe.decision(), "safe");
+        assert!(
+            safe.reason.contains("tolerates device taints forever")
+                && safe.reason.contains("d/p/g2"),
+            "{}",
+            safe.reason
+        );
+        assert_eq!(row(&plan, "ns/p1").devices(), vec!["d/p/g1".to_string()]);
+    }
+
+    #[test]
+    fn a_device_taint_on_an_unpublished_device_is_refused() {
+        let hypothesis = Hypothesis {
+            device_taints: vec![
+                parse_device_taint("d/p/g9=k:NoExecute").unwrap_or_else(|e| panic!("{e}")),
+            ],
+            ..Hypothesis::default()
+        };
+        let err = hypothesis.resolve(&device_snapshot()).err();
+        assert_eq!(
+            err.as_deref(),
+            Some("--device-taint: device d/p/g9 is in no ResourceSlice of snapshot snap.json")
+        );
+    }
+
+    #[test]
+    fn device_taint_syntax() {
+        let t = parse_device_taint("gpu.example.com/a/b/dev-0=k=v:NoExecute")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (t.driver.as_str(), t.pool.as_str(), t.device.as_str()),
+            ("gpu.example.com", "a/b", "dev-0")
+        );
+        assert!(parse_device_taint("d/dev=k:NoExecute").is_err());
+        assert!(parse_device_taint("d//x=k:NoExecute").is_err());
+        assert!(parse_device_taint("d/p/x").is_err());
     }
 
     #[test]

@@ -274,11 +274,8 @@ pub fn plan_table(p: &Plan, wide: bool, w: &mut impl Write) -> io::Result<()> {
         p.unaffected_pods,
         p.unaffected_nodes
     )?;
-    if let Some((tainted, nodes)) = p.brake {
-        writeln!(
-            w,
-            "The mass-eviction brake would engage: {tainted} of {nodes} nodes NoExecute-tainted."
-        )?;
+    if let Some(figures) = p.brake {
+        writeln!(w, "The mass-eviction brake would engage: {figures}.")?;
     }
     Ok(())
 }
@@ -292,6 +289,9 @@ struct PlanLine<'a> {
     at: Option<f64>,
     time: Option<String>,
     reason: &'a str,
+    /// The tainted devices allocated to the pod.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    devices: Vec<String>,
 }
 
 pub fn plan_json_lines(p: &Plan, w: &mut impl Write) -> io::Result<()> {
@@ -324,6 +324,7 @@ fn plan_lines(p: &Plan, mut each: impl FnMut(PlanLine<'_>) -> io::Result<()>) ->
                 .map(|t| t.since(p.now).as_millis() as f64 / 1000.0),
             time: r.evicted_at.map(plan::timestamp),
             reason: &r.reason,
+            devices: r.devices(),
         })?;
     }
     Ok(())

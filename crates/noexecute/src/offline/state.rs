@@ -1,6 +1,7 @@
-//! A cluster's nodes and pods as `plan` and `explain` read them: from a snapshot file (the
-//! List that `kubectl get nodes,pods -A -o json` prints) or live and read-only through a
-//! kubeconfig.
+//! A cluster's nodes and pods (and its DRA objects: ResourceSlices, ResourceClaims and
+//! DeviceTaintRules) as `plan` and `explain` read them: from a snapshot file (the List that
+//! `kubectl get nodes,pods -A -o json` prints, with `resourceslices,resourceclaims,devicetaintrules`
+//! added for devices) or live and read-only through a kubeconfig.
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
@@ -14,6 +15,7 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use crate::adapters::device::{DeviceTaintRule, ResourceClaim, ResourceSlice};
 use crate::adapters::slim::{self, SlimNode, SlimPod};
 
 use crate::adapters::input::InputError;
@@ -28,6 +30,9 @@ pub use crate::adapters::slim::PodLabels;
 pub struct ClusterState {
     pub nodes: Vec<SlimNode>,
     pub pods: Vec<SlimPod>,
+    pub slices: Vec<ResourceSlice>,
+    pub claims: Vec<ResourceClaim>,
+    pub rules: Vec<DeviceTaintRule>,
     pub source: String,
     /// Items of other kinds that were skipped.
     pub skipped: usize,
@@ -76,13 +81,22 @@ impl ClusterState {
         }
     }
 
-    /// Read the cluster live. Only `list` calls, paginated.
+    /// Whether any DRA object was read (device taints then apply).
+    pub fn has_devices(&self) -> bool {
+        !(self.slices.is_empty() && self.claims.is_empty() && self.rules.is_empty())
+    }
+
+    /// Read the cluster live. Only `list` calls, paginated. ResourceSlices, ResourceClaims and
+    /// DeviceTaintRules are read where the API server serves them.
     pub async fn from_cluster(
         client: Client,
         pod_labels: &PodLabels,
     ) -> anyhow::Result<ClusterState> {
+        let dra = crate::adapters::client::dra_served(&client)
+            .await
+            .context("reading which resource.k8s.io resources are served")?;
         let nodes: Api<SlimNode> = Api::all_with(client.clone(), &slim::node_resource());
-        let pods: Api<SlimPod> = Api::all_with(client, &slim::pod_resource());
+        let pods: Api<SlimPod> = Api::all_with(client.clone(), &slim::pod_resource());
         let mut state = ClusterState {
             source: "the live cluster".into(),
             ..ClusterState::default()
@@ -108,9 +122,59 @@ impl ClusterState {
                 None => break,
             }
         }
+        if dra.slices_and_claims {
+            state.slices = list_all(&client, "v1", "ResourceSlice", "resourceslices").await?;
+            state.claims = list_all(&client, "v1", "ResourceClaim", "resourceclaims").await?;
+        }
+        if dra.rules {
+            state.rules =
+                list_all(&client, "v1beta2", "DeviceTaintRule", "devicetaintrules").await?;
+        }
         Ok(state)
     }
 }
+
+/// Every object of a `resource.k8s.io` resource, paginated.
+async fn list_all<K: serde::de::DeserializeOwned + Clone + std::fmt::Debug>(
+    client: &Client,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> anyhow::Result<Vec<K>> {
+    let ar = kube::api::ApiResource {
+        group: "resource.k8s.io".into(),
+        version: version.into(),
+        api_version: format!("resource.k8s.io/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let api: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &ar);
+    let mut out = Vec::new();
+    let mut lp = ListParams::default().limit(500);
+    loop {
+        let page = api
+            .list(&lp)
+            .await
+            .with_context(|| format!("listing {plural}"))?;
+        for item in page.items {
+            let name = item.metadata.name.clone().unwrap_or_default();
+            let value = serde_json::to_value(&item)
+                .with_context(|| format!("re-encoding {plural} {name}"))?;
+            out.push(
+                serde_json::from_value(value)
+                    .with_context(|| format!("reading {plural} {name}"))?,
+            );
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => lp = lp.continue_token(&token),
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// The DRA kinds a snapshot may hold beside nodes and pods.
+const DEVICE_KINDS: [&str; 3] = ["ResourceSlice", "ResourceClaim", "DeviceTaintRule"];
 
 /// One snapshot being decoded: the state so far, the item being read (for error messages) and
 /// a semantic error that stopped the decoding.
@@ -211,13 +275,55 @@ impl<'p> Loader<'p> {
         Ok(self.state.into_inner())
     }
 
-    fn add(&self, field: &str, item: Item) -> Result<(), String> {
-        let Some(kind) = item.kind else {
-            return Err(format!("{field}.kind"));
+    /// Keep one item. An error is (field, what is wrong with it).
+    fn add(&self, field: &str, mut item: Item) -> Result<(), (String, String)> {
+        let missing = |f: String| (f, "missing".to_string());
+        let Some(kind) = item.kind.take() else {
+            return Err(missing(format!("{field}.kind")));
         };
-        let is_object = kind == "Node" || kind == "Pod";
-        if is_object && item.metadata.name.as_deref().is_none_or(str::is_empty) {
-            return Err(format!("{field}.metadata.name"));
+        let is_object = kind == "Node" || kind == "Pod" || DEVICE_KINDS.contains(&kind.as_str());
+        let named = item
+            .metadata
+            .name
+            .as_deref()
+            .or_else(|| item.raw.get("metadata")?.get("name")?.as_str())
+            .is_some_and(|n| !n.is_empty());
+        if is_object && !named {
+            return Err(missing(format!("{field}.metadata.name")));
+        }
+        // A spec or status that came before the kind was kept as JSON: read it now.
+        if kind == "Node" || kind == "Pod" {
+            if let Some(spec) = item.raw.remove("spec") {
+                item.spec = serde_json::from_value::<Option<ItemSpec>>(spec)
+                    .map_err(|e| (format!("{field}.spec"), e.to_string()))?
+                    .unwrap_or_default();
+            }
+            if let Some(status) = item.raw.remove("status") {
+                item.status = serde_json::from_value(status)
+                    .map_err(|e| (format!("{field}.status"), e.to_string()))?;
+            }
+        }
+        if DEVICE_KINDS.contains(&kind.as_str()) {
+            if !item.raw.contains_key("metadata") {
+                let meta = serde_json::to_value(&*item.metadata)
+                    .map_err(|e| (format!("{field}.metadata"), e.to_string()))?;
+                item.raw.insert("metadata".into(), meta);
+            }
+            let object = serde_json::Value::Object(std::mem::take(&mut item.raw));
+            let invalid = |e: serde_json::Error| (field.to_string(), format!("{kind}: {e}"));
+            let mut state = self.state.borrow_mut();
+            match kind.as_str() {
+                "ResourceSlice" => state
+                    .slices
+                    .push(serde_json::from_value(object).map_err(invalid)?),
+                "ResourceClaim" => state
+                    .claims
+                    .push(serde_json::from_value(object).map_err(invalid)?),
+                _ => state
+                    .rules
+                    .push(serde_json::from_value(object).map_err(invalid)?),
+            }
+            return Ok(());
         }
         let mut state = self.state.borrow_mut();
         match kind.as_str() {
@@ -257,6 +363,8 @@ struct Item {
     metadata: Box<kube::core::ObjectMeta>,
     spec: ItemSpec,
     status: Option<slim::PodStatus>,
+    /// A DRA object's fields as JSON; or a spec or status that came before the kind.
+    raw: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Default, Deserialize)]
@@ -279,14 +387,20 @@ fn item_field<'de, A: MapAccess<'de>>(
     key: &str,
     map: &mut A,
 ) -> Result<(), A::Error> {
-    let other_kind = item
-        .kind
-        .as_deref()
-        .is_some_and(|k| k != "Node" && k != "Pod");
+    let kind = item.kind.as_deref();
+    let device = kind.is_some_and(|k| DEVICE_KINDS.contains(&k));
+    let other_kind = kind.is_some_and(|k| k != "Node" && k != "Pod") && !device;
     match key {
         "kind" => item.kind = Some(map.next_value()?),
         _ if other_kind => {
             map.next_value::<IgnoredAny>()?;
+        }
+        "metadata" | "spec" | "status" if device => {
+            item.raw.insert(key.into(), map.next_value()?);
+        }
+        // The kind is not known yet: keep the spec and status as they are.
+        "spec" | "status" if kind.is_none() => {
+            item.raw.insert(key.into(), map.next_value()?);
         }
         "metadata" => item.metadata = map.next_value::<slim::Meta>()?.0,
         "spec" => item.spec = map.next_value::<Option<ItemSpec>>()?.unwrap_or_default(),
@@ -333,9 +447,9 @@ impl<'de> Visitor<'de> for Document<'_, '_> {
             }
         }
         if !list && fields > 0 {
-            self.0
-                .add("", single)
-                .map_err(|field| self.0.fail(field.trim_start_matches('.').into(), "missing"))?;
+            self.0.add("", single).map_err(|(field, message)| {
+                self.0.fail(field.trim_start_matches('.').into(), &message)
+            })?;
         }
         Ok(())
     }
@@ -381,7 +495,7 @@ impl<'de> Visitor<'de> for Items<'_, '_> {
             loader.item.set(None);
             loader
                 .add(&format!("{prefix}[{i}]"), item)
-                .map_err(|field| loader.fail(field, "missing"))?;
+                .map_err(|(field, message)| loader.fail(field, &message))?;
             i += 1;
         }
         loader.item.set(None);
