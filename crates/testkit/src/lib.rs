@@ -156,7 +156,8 @@ impl Plane {
     }
 
     /// Start the whole plane `name` (`scripts/cluster up --full`): every kube-controller-manager
-    /// controller but taint-eviction-controller (all of them with `upstream`), kube-scheduler,
+    /// controller but the two taint eviction controllers, taint-eviction-controller and
+    /// device-taint-eviction-controller (all of them with `upstream`), kube-scheduler,
     /// and one kwok per zone for `zones` × `nodes_per_zone` simulated nodes named
     /// `zone-a-0`, `zone-a-1`, …, labelled `topology.kubernetes.io/zone=zone-a`, ….
     pub fn full(name: &str, zones: u32, nodes_per_zone: u32, upstream: bool) -> Result<Plane> {
@@ -179,6 +180,20 @@ impl Plane {
             args.push("--upstream");
         }
         Plane::start(name, &args, env)
+    }
+
+    /// [`Plane::full`] with DRA device taints (`scripts/cluster up --full --dra`): the API
+    /// server serves DeviceTaintRules, and kube-scheduler and kube-controller-manager run with
+    /// `DRADeviceTaints` and `DRADeviceTaintRules`. Without `upstream` neither taint eviction
+    /// controller runs; with it both do.
+    pub fn full_dra(name: &str, zones: u32, nodes_per_zone: u32, upstream: bool) -> Result<Plane> {
+        let zones = format!("--zones={zones}");
+        let per = format!("--nodes-per-zone={nodes_per_zone}");
+        let mut args = vec!["--full", "--dra", zones.as_str(), per.as_str()];
+        if upstream {
+            args.push("--upstream");
+        }
+        Plane::start(name, &args, &[])
     }
 
     /// Stop a zone's kwok: its nodes stop renewing their Leases.
