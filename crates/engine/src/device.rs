@@ -215,6 +215,20 @@ pub struct DeviceEviction {
     pub reasons: Vec<TaintSource>,
 }
 
+/// "device taints: DeviceTaintRule r; taint 0 of device d/p/x (ResourceSlice s)".
+impl fmt::Display for DeviceEviction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("device taints: ")?;
+        for (i, reason) in self.reasons.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{reason}")?;
+        }
+        Ok(())
+    }
+}
+
 impl DeviceEviction {
     /// The earlier time and the union of the reasons.
     fn join(&self, other: &DeviceEviction) -> DeviceEviction {

@@ -527,3 +527,107 @@ fn output_json_is_one_document_streamed_or_not() {
     assert_eq!(kept.stdout, streamed.stdout);
     let _ = std::fs::remove_file(svg);
 }
+
+#[test]
+fn gpu_ecc_timeline() {
+    let lines = json_lines(&["simulate", "examples/gpu-ecc.yaml", "--output", "jsonl"]);
+    let got = events(&lines);
+    let want = vec![
+        (10.0, "scheduled", "ml/train-0"),
+        (10.0, "evicted", "ml/train-0"),
+        (10.0, "scheduled", "ml/infer-0"),
+        (25.0, "cancelled", "ml/infer-0"),
+        (60.0, "scheduled", "ml/train-1"),
+        (60.0, "evicted", "ml/train-1"),
+    ];
+    let want: Vec<(f64, String, String)> = want
+        .into_iter()
+        .map(|(a, e, p)| (a, e.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(lines[2]["deadline"].as_f64(), Some(40.0), "{}", lines[2]);
+    assert!(
+        lines[4]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("DeviceTaintRule n2-maintenance"),
+        "{}",
+        lines[4]
+    );
+}
+
+/// A rule over every GPU holds with the brake at 50 % although no node is tainted; the
+/// release annotation on n1 lets its pod go.
+#[test]
+fn the_brake_holds_a_device_wide_rule() {
+    let dir = std::env::temp_dir().join(format!("noexecute-gpu-brake-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gpu-brake.yaml");
+    std::fs::write(
+        &file,
+        "until: 30s
+slices:
+  - {driver: d, pool: n1, devices: [{name: g0}]}
+  - {driver: d, pool: n2, devices: [{name: g0}]}
+nodes: [{name: n1}, {name: n2}]
+pods:
+  - {name: a, nodeName: n1, devices: [{driver: d, pool: n1, device: g0}]}
+  - {name: b, nodeName: n2, devices: [{driver: d, pool: n2, device: g0}]}
+events:
+  - {at: 5s, addRule: {name: all, deviceSelector: {driver: d}, taint: {key: k, effect: NoExecute}}}
+  - {at: 10s, releaseBrake: {node: n1}}
+",
+    )
+    .unwrap();
+    let lines = json_lines(&[
+        "simulate",
+        file.to_str().unwrap(),
+        "--brake-threshold",
+        "50",
+        "--output",
+        "jsonl",
+    ]);
+    let got = events(&lines);
+    let evicted: Vec<&(f64, String, String)> =
+        got.iter().filter(|(_, e, _)| e == "evicted").collect();
+    assert_eq!(
+        evicted,
+        vec![&(10.0, "evicted".to_string(), "default/a".to_string())],
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&(5.0, "brake-engaged".to_string(), "-".to_string())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&(5.0, "held".to_string(), "default/b".to_string())),
+        "{got:?}"
+    );
+    let engaged = lines
+        .iter()
+        .find(|l| l["event"] == "brake-engaged")
+        .unwrap();
+    assert!(
+        engaged["reason"]
+            .as_str()
+            .unwrap()
+            .contains("2 of 2 devices NoExecute-tainted"),
+        "{engaged}"
+    );
+}
+
+#[test]
+fn bad_device_input_is_reported_with_the_field() {
+    fails_with(
+        "slices: [{driver: d, pool: p, devices: [{name: g0}]}]\npods: [{name: a, devices: [{driver: d, pool: p, device: g9}]}]",
+        &["pods[0].devices[0].device", "d/p/g9 is in no slice"],
+    );
+    fails_with(
+        "slices: [{driver: d, pool: p, devices: [{name: g0}]}]\nevents: [{at: 1s, deleteRule: {name: r}}]",
+        &["events[0].deleteRule.name", "rule r does not exist"],
+    );
+    fails_with(
+        "slices: [{driver: d, pool: p, devices: [{name: g0, taints: [{key: k, effect: Sometimes}]}]}]",
+        &["slices[0].devices[0].taints[0].effect", "unknown effect"],
+    );
+}

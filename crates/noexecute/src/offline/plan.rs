@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use noexecute_engine::device::{DeviceAction, PodDeviceTaint, TaintSource};
+use noexecute_engine::device::{DeviceAction, PodDeviceTaint};
 use noexecute_engine::pipeline::Watched;
 use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::{TolerationTime, first_tolerating};
@@ -341,8 +341,7 @@ pub fn run(
                     due.insert(pod.to_string(), (deadline, reason));
                 }
                 PipelineEffect::Device(DeviceAction::Evict { pod, eviction }) => {
-                    let reason = device_reasons(&eviction.reasons);
-                    due.insert(pod.to_string(), (eviction.at, reason));
+                    due.insert(pod.to_string(), (eviction.at, eviction.to_string()));
                 }
                 PipelineEffect::Device(DeviceAction::Cancel { pod, .. }) => {
                     due.remove(&pod.to_string());
@@ -570,12 +569,6 @@ fn devices_in(
         rule.taint.time_added.get_or_insert(now);
         pipeline.upsert_rule(rule, status(wire), now);
     }
-}
-
-/// "DeviceTaintRule r; taint 0 of device d/p/x (ResourceSlice s)".
-fn device_reasons(reasons: &[TaintSource]) -> String {
-    let parts: Vec<String> = reasons.iter().map(ToString::to_string).collect();
-    format!("device taints: {}", parts.join("; "))
 }
 
 /// The toleration of a device request that decides a device taint's time

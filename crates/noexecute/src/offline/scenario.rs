@@ -14,6 +14,21 @@
 //!   - {at: 60s, releaseBrake: {node: n1}}   # the noexecute.io/release-brake annotation
 //! ```
 //!
+//! Device taints (DRA, `docs/parity.md` §22) take a driver's ResourceSlices, the devices
+//! allocated to each pod (one claim per pod, allocated and reserved as kube-scheduler leaves
+//! it, with its request's tolerations) and timed device taints and DeviceTaintRules:
+//!
+//! ```yaml
+//! slices: [{driver: gpu.example.com, pool: n1, devices: [{name: gpu-0, taints: []}]}]
+//! pods: [{name: p, nodeName: n1, devices: [{driver: gpu.example.com, pool: n1, device: gpu-0,
+//!          tolerations: [{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 60}]}]}]
+//! events:
+//!   - {at: 10s, addDeviceTaint: {driver: gpu.example.com, pool: n1, device: gpu-0, taint: {key: k, effect: NoExecute}}}
+//!   - {at: 20s, removeDeviceTaint: {driver: gpu.example.com, pool: n1, device: gpu-0, key: k}}
+//!   - {at: 30s, addRule: {name: r, deviceSelector: {driver: gpu.example.com}, taint: {key: k, effect: NoExecute}}}
+//!   - {at: 40s, deleteRule: {name: r}}
+//! ```
+//!
 //! Loading never panics: a malformed file gives a [`ScenarioError`] naming the file and the
 //! line and column (for syntax and type errors) or the offending field (for everything the
 //! format allows but the semantics do not).
@@ -87,6 +102,83 @@ pub struct PodSpec {
     pub node_name: Option<String>,
     #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pub tolerations: Vec<TolerationSpec>,
+    /// The devices allocated to the pod's claim, each with its request's tolerations.
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
+    pub devices: Vec<AllocatedSpec>,
+}
+
+/// A device allocated to a pod: `status.allocation.devices.results[]` of its claim.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AllocatedSpec {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
+    pub tolerations: Vec<TolerationSpec>,
+}
+
+/// A ResourceSlice: one driver's pool (one slice per pool, generation 1).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SliceSpec {
+    pub driver: String,
+    pub pool: String,
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
+    pub devices: Vec<DeviceSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceSpec {
+    pub name: String,
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
+    pub taints: Vec<TaintSpec>,
+}
+
+/// `addDeviceTaint`: the driver publishes a taint on one device.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceTaintChange {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    pub taint: TaintSpec,
+}
+
+/// `removeDeviceTaint`: every taint of the device with this key (and effect, if given).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RemoveDeviceTaint {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    pub key: String,
+    #[serde(default)]
+    pub effect: Option<String>,
+}
+
+/// A DeviceTaintRule's `spec.deviceSelector`: each field given must match.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceSelectorSpec {
+    #[serde(default)]
+    pub driver: Option<String>,
+    #[serde(default)]
+    pub pool: Option<String>,
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+/// `addRule`: a DeviceTaintRule is created (or replaced, by name).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RuleSpec {
+    pub name: String,
+    /// Absent: the rule matches no device, as upstream's controller reads it.
+    #[serde(default)]
+    pub device_selector: Option<DeviceSelectorSpec>,
+    pub taint: TaintSpec,
 }
 
 /// `updatePod`: the fields given replace the pod's.
@@ -179,6 +271,14 @@ struct RawEvent {
     delete_node: Option<NodeKey>,
     #[serde(default)]
     release_brake: Option<ReleaseBrake>,
+    #[serde(default)]
+    add_device_taint: Option<DeviceTaintChange>,
+    #[serde(default)]
+    remove_device_taint: Option<RemoveDeviceTaint>,
+    #[serde(default)]
+    add_rule: Option<RuleSpec>,
+    #[serde(default)]
+    delete_rule: Option<NodeKey>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -192,6 +292,10 @@ pub enum Change {
     AddNode(NodeSpec),
     DeleteNode(NodeKey),
     ReleaseBrake(ReleaseBrake),
+    AddDeviceTaint(DeviceTaintChange),
+    RemoveDeviceTaint(RemoveDeviceTaint),
+    AddRule(RuleSpec),
+    DeleteRule(NodeKey),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -212,6 +316,8 @@ struct RawScenario {
     #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     pods: Vec<PodSpec>,
     #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
+    slices: Vec<SliceSpec>,
+    #[serde(default, deserialize_with = "crate::adapters::input::or_default")]
     events: Vec<RawEvent>,
 }
 
@@ -221,10 +327,22 @@ pub struct Scenario {
     pub until: Option<Offset>,
     pub nodes: Vec<NodeSpec>,
     pub pods: Vec<PodSpec>,
+    pub slices: Vec<SliceSpec>,
     pub events: Vec<Event>,
 }
 
 impl Scenario {
+    /// Whether device taints apply: it has slices, pods with devices, or rule events.
+    pub fn has_devices(&self) -> bool {
+        !self.slices.is_empty()
+            || self.pods.iter().any(|p| !p.devices.is_empty())
+            || self.events.iter().any(|e| match &e.change {
+                Change::AddPod(p) => !p.devices.is_empty(),
+                Change::AddRule(_) | Change::AddDeviceTaint(_) => true,
+                _ => false,
+            })
+    }
+
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|cause| {
             crate::adapters::input::InputError::Read {
@@ -293,6 +411,10 @@ impl Scenario {
             take!(add_node, "addNode", AddNode);
             take!(delete_node, "deleteNode", DeleteNode);
             take!(release_brake, "releaseBrake", ReleaseBrake);
+            take!(add_device_taint, "addDeviceTaint", AddDeviceTaint);
+            take!(remove_device_taint, "removeDeviceTaint", RemoveDeviceTaint);
+            take!(add_rule, "addRule", AddRule);
+            take!(delete_rule, "deleteRule", DeleteRule);
             if changes.len() != 1 {
                 let found = if names.is_empty() {
                     "none".to_string()
@@ -302,7 +424,7 @@ impl Scenario {
                 return Err(invalid(
                     format!("events[{i}]"),
                     format!(
-                        "needs exactly one of addTaint, removeTaint, setTaints, addPod, updatePod, deletePod, addNode, deleteNode, releaseBrake; found {found}"
+                        "needs exactly one of addTaint, removeTaint, setTaints, addPod, updatePod, deletePod, addNode, deleteNode, releaseBrake, addDeviceTaint, removeDeviceTaint, addRule, deleteRule; found {found}"
                     ),
                 ));
             }
@@ -319,6 +441,7 @@ impl Scenario {
             until: raw.until,
             nodes: raw.nodes,
             pods: raw.pods,
+            slices: raw.slices,
             events,
         };
         scenario.validate().map_err(|(f, m)| invalid(f, m))?;
@@ -328,7 +451,11 @@ impl Scenario {
     /// Everything serde cannot check: valid effects and operators, unique names, and events
     /// that refer to nodes and pods existing at that time.
     fn validate(&self) -> Result<(), (String, String)> {
-        if self.nodes.is_empty() && self.pods.is_empty() && self.events.is_empty() {
+        if self.nodes.is_empty()
+            && self.pods.is_empty()
+            && self.slices.is_empty()
+            && self.events.is_empty()
+        {
             return Err((
                 "nodes".into(),
                 "the scenario is empty: give nodes, pods or events".into(),
@@ -346,10 +473,55 @@ impl Scenario {
             }
             check_taints(&n.taints, &format!("{field}.taints"))?;
         }
+        let mut devices = BTreeSet::new();
+        let mut pools = BTreeSet::new();
+        for (i, slice) in self.slices.iter().enumerate() {
+            let field = format!("slices[{i}]");
+            check_name(&slice.driver).map_err(|m| (format!("{field}.driver"), m))?;
+            if slice.pool.is_empty() {
+                return Err((format!("{field}.pool"), "must not be empty".into()));
+            }
+            if !pools.insert((slice.driver.clone(), slice.pool.clone())) {
+                return Err((
+                    format!("{field}.pool"),
+                    format!("pool {}/{} is listed twice", slice.driver, slice.pool),
+                ));
+            }
+            for (j, d) in slice.devices.iter().enumerate() {
+                let f = format!("{field}.devices[{j}]");
+                check_name(&d.name).map_err(|m| (format!("{f}.name"), m))?;
+                if !devices.insert((slice.driver.clone(), slice.pool.clone(), d.name.clone())) {
+                    return Err((
+                        format!("{f}.name"),
+                        format!("device {} is listed twice", d.name),
+                    ));
+                }
+                check_taints(&d.taints, &format!("{f}.taints"))?;
+            }
+        }
+        let published = |driver: &str, pool: &str, device: &str, field: String| {
+            if devices.contains(&(driver.to_string(), pool.to_string(), device.to_string())) {
+                Ok(())
+            } else {
+                Err((
+                    field,
+                    format!("device {driver}/{pool}/{device} is in no slice"),
+                ))
+            }
+        };
+        let check_devices = |p: &PodSpec, field: &str| -> Result<(), (String, String)> {
+            for (j, d) in p.devices.iter().enumerate() {
+                let f = format!("{field}.devices[{j}]");
+                published(&d.driver, &d.pool, &d.device, format!("{f}.device"))?;
+                check_tolerations(&d.tolerations, &format!("{f}.tolerations"))?;
+            }
+            Ok(())
+        };
         let mut pods = BTreeSet::new();
         for (i, p) in self.pods.iter().enumerate() {
             let field = format!("pods[{i}]");
             check_pod(p, &field)?;
+            check_devices(p, &field)?;
             if !pods.insert((p.namespace.clone(), p.name.clone())) {
                 return Err((
                     format!("{field}.name"),
@@ -357,6 +529,7 @@ impl Scenario {
                 ));
             }
         }
+        let mut rules = BTreeSet::new();
         for e in &self.events {
             let field = format!("events[{}]", e.index);
             let at = e.at;
@@ -406,8 +579,49 @@ impl Scenario {
                 Change::ReleaseBrake(r) => {
                     node_exists(&nodes, &r.node, "releaseBrake.node")?;
                 }
+                Change::AddDeviceTaint(t) => {
+                    published(
+                        &t.driver,
+                        &t.pool,
+                        &t.device,
+                        format!("{field}.addDeviceTaint.device"),
+                    )?;
+                    check_taints(
+                        std::slice::from_ref(&t.taint),
+                        &format!("{field}.addDeviceTaint.taint"),
+                    )?;
+                }
+                Change::RemoveDeviceTaint(t) => {
+                    published(
+                        &t.driver,
+                        &t.pool,
+                        &t.device,
+                        format!("{field}.removeDeviceTaint.device"),
+                    )?;
+                    if let Some(effect) = &t.effect {
+                        check_effect(effect)
+                            .map_err(|m| (format!("{field}.removeDeviceTaint.effect"), m))?;
+                    }
+                }
+                Change::AddRule(r) => {
+                    check_name(&r.name).map_err(|m| (format!("{field}.addRule.name"), m))?;
+                    check_taints(
+                        std::slice::from_ref(&r.taint),
+                        &format!("{field}.addRule.taint"),
+                    )?;
+                    rules.insert(r.name.clone());
+                }
+                Change::DeleteRule(r) => {
+                    if !rules.remove(&r.name) {
+                        return Err((
+                            format!("{field}.deleteRule.name"),
+                            format!("rule {} does not exist at {at}", r.name),
+                        ));
+                    }
+                }
                 Change::AddPod(p) => {
                     check_pod(p, &format!("{field}.addPod"))?;
+                    check_devices(p, &format!("{field}.addPod"))?;
                     if !pods.insert((p.namespace.clone(), p.name.clone())) {
                         return Err((
                             format!("{field}.addPod.name"),

@@ -1,4 +1,5 @@
-//! `noexecute simulate`: the engine on a virtual clock over a scenario.
+//! `noexecute simulate`: the engine on a virtual clock over a scenario (node taints, and device
+//! taints when the scenario has slices: `docs/parity.md` §22).
 //!
 //! It drives the same [`Pipeline`] as the live controller: at each step the pipeline first
 //! fires every deadline due by then, then the scenario's change is applied. Due evictions pass
@@ -13,6 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use noexecute_engine::device::{
+    AllocatedDevice, Claim, Consumer, Device, DeviceAction, PodClaim, Rule, Selector, Slice,
+};
 use noexecute_engine::pace::BrakeChange;
 use noexecute_engine::pipeline::{Attempt, Effect, PacedBy};
 use noexecute_engine::taint::add_or_replace;
@@ -113,6 +117,22 @@ struct SimPod {
     node: Option<String>,
     tolerations: Rc<[Toleration]>,
     excluded: bool,
+    /// It has a claim with allocated devices (named `<pod>-devices`).
+    claim: bool,
+}
+
+/// The claim the simulator makes for a pod with devices.
+fn claim_name(pod: &str) -> String {
+    format!("{pod}-devices")
+}
+
+/// The brake's counts, devices too when any are published.
+fn brake_counts(tainted: usize, nodes: usize, (published, devices): (usize, usize)) -> String {
+    if published > 0 {
+        format!("{tainted} of {nodes} nodes and {devices} of {published} devices NoExecute-tainted")
+    } else {
+        format!("{tainted} of {nodes} nodes NoExecute-tainted")
+    }
 }
 
 struct Sim<'a> {
@@ -120,6 +140,8 @@ struct Sim<'a> {
     now: Time,
     opts: Options,
     nodes: BTreeMap<String, Vec<Taint>>,
+    /// Each driver's pool, by (driver, pool).
+    slices: BTreeMap<(String, String), Slice>,
     /// Nodes released from the brake by a scenario event.
     released: BTreeSet<String>,
     pods: BTreeMap<(String, String), SimPod>,
@@ -145,10 +167,12 @@ pub fn run(scenario: Scenario, opts: Options) -> Timeline {
 pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> Timeline {
     let mut config = opts.policy.pipeline_config(false, usize::MAX, 0);
     config.engine = opts.config;
+    config.device_taints = scenario.has_devices();
     let mut sim = Sim {
         pipeline: Pipeline::acting(config),
         now: Time::from_millis(0),
         nodes: BTreeMap::new(),
+        slices: BTreeMap::new(),
         released: BTreeSet::new(),
         pods: BTreeMap::new(),
         tolerations: HashMap::new(),
@@ -170,8 +194,30 @@ pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> 
         until,
         nodes,
         pods,
+        slices,
         events,
     } = scenario;
+    for spec in slices {
+        let slice = Slice {
+            name: format!("{}.{}", spec.pool, spec.driver),
+            driver: spec.driver,
+            pool: spec.pool,
+            generation: 1,
+            devices: spec
+                .devices
+                .iter()
+                .map(|d| Device {
+                    name: d.name.clone(),
+                    taints: d
+                        .taints
+                        .iter()
+                        .map(|t| scenario::taint(t, sim.now))
+                        .collect(),
+                })
+                .collect(),
+        };
+        sim.set_slice(slice);
+    }
     for node in nodes {
         let taints = node
             .taints
@@ -231,21 +277,27 @@ impl Sim<'_> {
 
     fn brake_entry(&mut self, change: BrakeChange) {
         let threshold = self.pipeline.brake_threshold();
-        let (kind, tainted, nodes, what) = match change {
-            BrakeChange::Engaged { tainted, nodes, .. } => (
-                Kind::BrakeEngaged,
+        let (kind, counts, what) = match change {
+            BrakeChange::Engaged {
                 tainted,
                 nodes,
+                devices,
+            } => (
+                Kind::BrakeEngaged,
+                brake_counts(tainted, nodes, devices),
                 if self.opts.policy.release_brake {
                     format!("more than the {threshold}% threshold; released by --release-brake")
                 } else {
                     format!("more than the {threshold}% threshold: evictions paused")
                 },
             ),
-            BrakeChange::Released { tainted, nodes, .. } => (
-                Kind::BrakeReleased,
+            BrakeChange::Released {
                 tainted,
                 nodes,
+                devices,
+            } => (
+                Kind::BrakeReleased,
+                brake_counts(tainted, nodes, devices),
                 format!("within the {threshold}% threshold: evictions resume"),
             ),
         };
@@ -263,7 +315,7 @@ impl Sim<'_> {
             kind,
             pod: "-".into(),
             node: None,
-            reason: format!("{tainted} of {nodes} nodes NoExecute-tainted ({share:.1}%), {what}"),
+            reason: format!("{counts} ({share:.1}%), {what}"),
         });
     }
 
@@ -318,8 +370,13 @@ impl Sim<'_> {
                 }
                 Effect::Paced { pod, by, .. } => {
                     let reason = match by {
-                        PacedBy::Brake { tainted, nodes, .. } => format!(
-                            "mass-eviction brake: {tainted} of {nodes} nodes NoExecute-tainted"
+                        PacedBy::Brake {
+                            tainted,
+                            nodes,
+                            devices,
+                        } => format!(
+                            "mass-eviction brake: {}",
+                            brake_counts(tainted, nodes, devices)
                         ),
                         PacedBy::RateLimit => "rate limit".into(),
                     };
@@ -327,9 +384,12 @@ impl Sim<'_> {
                     (pod.to_string(), node, Kind::Held, reason)
                 }
                 Effect::Start(attempt) => {
-                    let reason = match &attempt.cause {
-                        Some(c) => c.to_string(),
-                        None => "scheduled earlier; the node no longer reports its taints".into(),
+                    let reason = match (&attempt.device, &attempt.cause) {
+                        (Some(d), _) => d.to_string(),
+                        (None, Some(c)) => c.to_string(),
+                        (None, None) => {
+                            "scheduled earlier; the node no longer reports its taints".into()
+                        }
                     };
                     let waited = self.now.since(attempt.due_at);
                     let reason = if waited.is_zero() {
@@ -346,6 +406,27 @@ impl Sim<'_> {
                     self.brake_entry(change);
                     continue;
                 }
+                Effect::Device(DeviceAction::Evict { pod, eviction }) => {
+                    let node = self.node_of(&pod.namespace, &pod.name);
+                    let reason = eviction.to_string();
+                    (
+                        pod.to_string(),
+                        node,
+                        Kind::Scheduled {
+                            deadline: eviction.at.max(self.now),
+                        },
+                        reason,
+                    )
+                }
+                Effect::Device(DeviceAction::Cancel { pod, .. }) => {
+                    let node = self.node_of(&pod.namespace, &pod.name);
+                    (
+                        pod.to_string(),
+                        node,
+                        Kind::Cancelled,
+                        "its devices no longer make it due".to_string(),
+                    )
+                }
                 Effect::Cancel(_)
                 | Effect::PodEvent { .. }
                 | Effect::ControllerEvent { .. }
@@ -354,7 +435,6 @@ impl Sim<'_> {
                 | Effect::Foreign { .. }
                 | Effect::NodeRelease { .. }
                 | Effect::Unparked { .. }
-                | Effect::Device(_)
                 | Effect::RuleStatus(_)
                 | Effect::Synced { .. } => continue,
             };
@@ -371,8 +451,47 @@ impl Sim<'_> {
     /// The attempt succeeded at once (the pipeline's virtual executor): the pod is gone.
     fn evicted(&mut self, attempt: &Attempt) {
         let (namespace, name) = (&attempt.pod.namespace, &attempt.pod.name);
-        self.pods.remove(&(namespace.to_string(), name.to_string()));
+        if let Some(pod) = self.pods.remove(&(namespace.to_string(), name.to_string()))
+            && pod.claim
+        {
+            self.pipeline
+                .delete_claim(namespace, &claim_name(name), self.now);
+        }
         self.gone.push((namespace.clone(), name.clone()));
+    }
+
+    fn node_of(&self, namespace: &str, name: &str) -> Option<String> {
+        self.pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .and_then(|p| p.node.clone())
+    }
+
+    fn set_slice(&mut self, slice: Slice) {
+        self.slices
+            .insert((slice.driver.clone(), slice.pool.clone()), slice.clone());
+        self.pipeline.upsert_slice(slice, self.now);
+        self.absorb();
+    }
+
+    /// Change one device's taints in its slice.
+    fn edit_device(
+        &mut self,
+        driver: &str,
+        pool: &str,
+        device: &str,
+        edit: impl FnOnce(&mut Vec<Taint>),
+    ) {
+        let Some(mut slice) = self
+            .slices
+            .get(&(driver.to_string(), pool.to_string()))
+            .cloned()
+        else {
+            return;
+        };
+        if let Some(d) = slice.devices.iter_mut().find(|d| d.name == device) {
+            edit(&mut d.taints);
+        }
+        self.set_slice(slice);
     }
 
     fn set_node(&mut self, name: &str, taints: Vec<Taint>) {
@@ -412,7 +531,31 @@ impl Sim<'_> {
             node: spec.node_name,
             tolerations: self.tolerations(spec.tolerations),
             excluded,
+            claim: !spec.devices.is_empty(),
         };
+        if pod.claim {
+            // Allocated and reserved for the pod, as kube-scheduler leaves it.
+            let uid = noexecute_engine::Uid::new(&format!("sim-{}", pod.uid));
+            let claim = Claim {
+                namespace: spec.namespace.clone(),
+                name: claim_name(&spec.name),
+                uid: noexecute_engine::Uid::new(&format!("sim-claim-{}", pod.uid)),
+                owner: None,
+                allocation: Some(
+                    spec.devices
+                        .iter()
+                        .map(|d| AllocatedDevice {
+                            driver: d.driver.clone(),
+                            pool: d.pool.clone(),
+                            device: d.device.clone(),
+                            tolerations: d.tolerations.iter().map(scenario::toleration).collect(),
+                        })
+                        .collect(),
+                ),
+                reserved_for: vec![Consumer::pod(spec.name.clone(), uid)],
+            };
+            self.pipeline.upsert_claim(claim, self.now);
+        }
         self.observe_pod(&spec.namespace, &spec.name, &pod);
         self.pods.insert((spec.namespace, spec.name), pod);
     }
@@ -422,6 +565,9 @@ impl Sim<'_> {
         let mut obs = PodObservation::new(namespace, name, &uid, pod.node.as_deref())
             .with_tolerations(pod.tolerations.to_vec());
         obs.excluded = pod.excluded;
+        if pod.claim {
+            obs.claims = vec![PodClaim::Named(claim_name(name))];
+        }
         self.pipeline.upsert_pod(obs, self.now);
         self.absorb();
     }
@@ -444,6 +590,12 @@ impl Sim<'_> {
             Change::SetTaints(s) => format!("taints of {} set", s.node),
             Change::AddNode(n) => format!("node {} added", n.name),
             Change::DeleteNode(n) => format!("node {} deleted", n.name),
+            Change::AddDeviceTaint(t) => {
+                format!("+{} on {}", short_key(&t.taint.key), t.device)
+            }
+            Change::RemoveDeviceTaint(t) => format!("-{} on {}", short_key(&t.key), t.device),
+            Change::AddRule(r) => format!("rule {} added", r.name),
+            Change::DeleteRule(r) => format!("rule {} deleted", r.name),
             _ => return,
         };
         match self.timeline.markers.last_mut() {
@@ -505,6 +657,42 @@ impl Sim<'_> {
                 let taints = self.nodes.get(&r.node).cloned().unwrap_or_default();
                 self.set_node(&r.node, taints);
             }
+            Change::AddDeviceTaint(t) => {
+                let taint = scenario::taint(&t.taint, self.now);
+                self.edit_device(&t.driver, &t.pool, &t.device, |taints| {
+                    add_or_replace(taints, taint)
+                });
+            }
+            Change::RemoveDeviceTaint(r) => {
+                self.edit_device(&r.driver, &r.pool, &r.device, |taints| {
+                    taints.retain(|t| {
+                        !(t.key == r.key
+                            && r.effect.as_deref().is_none_or(|e| t.effect.as_str() == e))
+                    })
+                });
+            }
+            Change::AddRule(r) => {
+                let rule = Rule {
+                    uid: noexecute_engine::Uid::new(&format!("sim-rule-{}", r.name)),
+                    name: r.name,
+                    selector: r.device_selector.map(|s| Selector {
+                        driver: s.driver,
+                        pool: s.pool,
+                        device: s.device,
+                    }),
+                    taint: scenario::taint(&r.taint, self.now),
+                };
+                let status = noexecute_engine::pipeline::RuleStatus {
+                    generation: 1,
+                    condition: None,
+                };
+                self.pipeline.upsert_rule(rule, status, self.now);
+                self.absorb();
+            }
+            Change::DeleteRule(r) => {
+                self.pipeline.delete_rule(&r.name, self.now);
+                self.absorb();
+            }
             Change::AddPod(p) => self.add_pod(p),
             Change::UpdatePod(u) => {
                 let key = (u.namespace.clone(), u.name.clone());
@@ -538,6 +726,8 @@ impl Sim<'_> {
                 }
                 self.pipeline
                     .delete_pod(&k.namespace, &k.name, None, self.now);
+                self.pipeline
+                    .delete_claim(&k.namespace, &claim_name(&k.name), self.now);
                 self.absorb();
             }
         }
