@@ -92,9 +92,9 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 /// Where `plan` and `explain` read the cluster from.
 #[derive(Debug, Args, Clone)]
 pub struct SourceArgs {
-    /// A snapshot file: the output of `kubectl get nodes,pods -A -o json` (with
-    /// `,resourceslices,resourceclaims,devicetaintrules` for device taints). Without it the
-    /// cluster is read live (read-only: list calls only).
+    /// A snapshot file: the output of `kubectl get nodes,pods -A -o json` (add
+    /// `,resourceslices,resourceclaims` for device taints, and `,devicetaintrules` where
+    /// served). Without it the cluster is read live (read-only: list calls only).
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// Kubeconfig for a live read (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
@@ -152,11 +152,17 @@ impl SourceArgs {
             .enable_all()
             .build()
             .context("starting the async runtime")?;
-        runtime.block_on(async {
+        let state = runtime.block_on(async {
             let client =
                 crate::cli::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
             ClusterState::from_cluster(client, pod_labels).await
-        })
+        })?;
+        if state.devices_unreadable {
+            eprintln!(
+                "warning: not allowed to list ResourceSlices, ResourceClaims or DeviceTaintRules: device taints are left out"
+            );
+        }
+        Ok(state)
     }
 }
 

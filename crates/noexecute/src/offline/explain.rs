@@ -299,10 +299,11 @@ impl Explanation {
                 .map(|a| format!(", added {a}"))
                 .unwrap_or_default();
             let fate = match (&t.tolerated_by, &t.due) {
+                _ if t.added.is_none() => "ignored: it has no timeAdded".to_string(),
                 (Some(by), Some(due)) => format!("tolerated by {by}: due {due}"),
                 (Some(by), None) => format!("tolerated forever by {by}"),
                 (None, Some(due)) => format!("NOT TOLERATED by the claim's request: due {due}"),
-                (None, None) => "ignored: it has no timeAdded".to_string(),
+                (None, None) => "not tolerated, yet not due".to_string(),
             };
             let _ = writeln!(
                 out,

@@ -91,11 +91,25 @@ pub fn parse_device_taint(s: &str) -> Result<DeviceTaint, String> {
     if driver.is_empty() || pool.is_empty() || name.is_empty() {
         return Err(format!("{s:?}: empty driver, pool or device name"));
     }
+    // A device taint's effects are NoSchedule, NoExecute and None (only NoExecute evicts).
+    let taint = match taint.rsplit_once(':') {
+        Some((kv, "None")) => {
+            let mut t = parse_taint(&format!("{kv}:NoSchedule"))?;
+            t.effect = TaintEffect::parse("None");
+            t
+        }
+        Some((_, "PreferNoSchedule")) => {
+            return Err(format!(
+                "{s:?}: a device taint's effect is NoExecute, NoSchedule or None"
+            ));
+        }
+        _ => parse_taint(taint)?,
+    };
     Ok(DeviceTaint {
         driver: driver.into(),
         pool: pool.into(),
         device: name.into(),
-        taint: parse_taint(taint)?,
+        taint,
     })
 }
 
@@ -190,6 +204,7 @@ impl Row {
             .iter()
             .map(|t| t.device.clone())
             .collect();
+        out.sort();
         out.dedup();
         out
     }
@@ -286,7 +301,6 @@ pub fn run(
     for what in watched {
         pipeline.listing_started(*what);
     }
-    devices_in(&mut pipeline, slices, claims, rules, hypothesis, now);
     let mut nodes: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
     let mut released: BTreeSet<String> = BTreeSet::new();
     for n in listed_nodes {
@@ -315,6 +329,7 @@ pub fn run(
         };
         pipeline.upsert_node(&obs, released.contains(node), now);
     }
+    devices_in(&mut pipeline, slices, claims, rules, hypothesis, now);
     for what in watched {
         pipeline.listing_done(*what, now);
     }
@@ -325,6 +340,8 @@ pub fn run(
     let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
     let mut skipped: BTreeSet<String> = BTreeSet::new();
     let mut due: BTreeMap<String, (Time, String)> = BTreeMap::new();
+    // Device evictions are decided (with their time) before they are due.
+    let mut device_due: BTreeMap<String, (Time, String)> = BTreeMap::new();
     loop {
         while let Some(effect) = pipeline.poll_effect_evicting_at_once(clock) {
             match effect {
@@ -341,28 +358,25 @@ pub fn run(
                     due.insert(pod.to_string(), (deadline, reason));
                 }
                 PipelineEffect::Device(DeviceAction::Evict { pod, eviction }) => {
-                    due.insert(pod.to_string(), (eviction.at, eviction.to_string()));
+                    device_due.insert(pod.to_string(), (eviction.at, eviction.to_string()));
                 }
                 PipelineEffect::Device(DeviceAction::Cancel { pod, .. }) => {
-                    due.remove(&pod.to_string());
+                    device_due.remove(&pod.to_string());
                 }
                 PipelineEffect::Decided(Action::Skip { pod, .. }) => {
                     skipped.insert(pod.to_string());
                 }
-                PipelineEffect::Brake(noexecute_engine::BrakeChange::Engaged {
-                    tainted,
-                    nodes,
-                    devices,
-                }) => {
-                    brake = Some(BrakeFigures {
-                        tainted,
-                        nodes,
-                        devices,
-                    })
+                PipelineEffect::Brake(noexecute_engine::BrakeChange::Engaged { .. }) => {
+                    brake = Some(());
                 }
                 PipelineEffect::Start(attempt) => {
                     let pod = attempt.pod.to_string();
-                    if let Some((deadline, reason)) = due.get(&pod) {
+                    let decided = if attempt.device.is_some() {
+                        device_due.get(&pod)
+                    } else {
+                        due.get(&pod)
+                    };
+                    if let Some((deadline, reason)) = decided {
                         // A deadline already past at `now` (an old taint in a snapshot) starts
                         // at `now`: overdue, not held. Only a start after both was paced.
                         let could_start = (*deadline).max(now);
@@ -394,6 +408,15 @@ pub fn run(
         }
     }
     let engine = &pipeline;
+    // The brake's figures with everything applied (it may have engaged part way through).
+    let brake = brake.filter(|_| pipeline.braking()).map(|()| {
+        let (nodes, tainted, _) = pipeline.brake_counts();
+        BrakeFigures {
+            tainted,
+            nodes,
+            devices: pipeline.devices().device_counts(),
+        }
+    });
 
     let mut rows = Vec::new();
     let mut unaffected_pods = 0;
@@ -403,10 +426,16 @@ pub fn run(
         let Some(node) = view.pod.node.as_deref() else {
             continue;
         };
+        // An excluded pod is unscheduled to the device core: its taints are shown as its
+        // node's would be.
         let device_taints = engine
             .devices()
             .pod(&view.pod.namespace, &view.pod.name)
-            .map(|p| engine.devices().pod_taints(p))
+            .map(|p| {
+                let mut p = p.clone();
+                p.node = Some(node.to_string());
+                engine.devices().pod_taints(&p)
+            })
             .unwrap_or_default();
         let node_taints = engine.node_taints(node);
         if node_taints.is_none() && device_taints.is_empty() {
@@ -426,7 +455,28 @@ pub fn run(
                 reason: reason.clone(),
                 device_taints,
             }
-        } else if let Some((deadline, reason)) = due.get(&pod) {
+        } else if let Some((deadline, reason)) = [due.get(&pod), device_due.get(&pod)]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(d, _)| *d)
+            .filter(|(d, _)| horizon.is_some_and(|h| *d > h))
+        {
+            Row {
+                pod,
+                node: node.into(),
+                evicted_at: None,
+                held: false,
+                reason: format!(
+                    "would be evicted at {} (after the horizon): {reason}",
+                    crate::offline::plan::relative(*deadline, now)
+                ),
+                device_taints,
+            }
+        } else if let Some((deadline, reason)) = [due.get(&pod), device_due.get(&pod)]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(d, _)| *d)
+        {
             let why = match brake {
                 Some(figures) if pipeline.braking() && !pipeline.is_released(node) => {
                     format!(
@@ -514,7 +564,7 @@ pub fn run(
         unaffected_nodes,
         source,
         horizon,
-        brake: brake.filter(|_| pipeline.braking()),
+        brake,
     })
 }
 
@@ -542,7 +592,7 @@ fn devices_in(
         }
         pipeline.upsert_slice(slice, now);
     }
-    for wire in &claims {
+    for wire in claims {
         pipeline.upsert_claim(wire.observe(), now);
     }
     let status = |wire: &crate::adapters::device::DeviceTaintRule| {
@@ -558,16 +608,38 @@ fn devices_in(
             }),
         }
     };
+    let mut existing: BTreeMap<String, (noexecute_engine::device::Rule, i64)> = BTreeMap::new();
     for wire in &rules {
-        pipeline.upsert_rule(wire.observe(), status(wire), now);
+        let rule = wire.observe();
+        pipeline.upsert_rule(rule.clone(), status(wire), now);
+        existing.insert(rule.name.clone(), (rule, wire.status().0));
     }
     for wire in &hypothesis.rules {
         let mut rule = wire.observe();
-        if rule.uid.to_string().is_empty() {
-            rule.uid = noexecute_engine::Uid::new(&format!("planned-{}", rule.name));
+        let mut status = status(wire);
+        match existing.get(&rule.name) {
+            // As `kubectl apply -f FILE` would: an update keeps the rule's identity, and its
+            // taint's timeAdded unless the file gives one; the API server moves it to now
+            // when the effect changes and the time did not.
+            Some((old, generation)) => {
+                rule.uid = old.uid.clone();
+                status.generation = generation + 1;
+                let kept = rule.taint.time_added.or(old.taint.time_added);
+                rule.taint.time_added =
+                    if rule.taint.effect != old.taint.effect && kept == old.taint.time_added {
+                        Some(now)
+                    } else {
+                        kept.or(Some(now))
+                    };
+            }
+            None => {
+                if rule.uid.to_string().is_empty() {
+                    rule.uid = noexecute_engine::Uid::new(&format!("planned-{}", rule.name));
+                }
+                rule.taint.time_added.get_or_insert(now);
+            }
         }
-        rule.taint.time_added.get_or_insert(now);
-        pipeline.upsert_rule(rule, status(wire), now);
+        pipeline.upsert_rule(rule, status, now);
     }
 }
 
@@ -593,10 +665,11 @@ fn device_safe_reason(taints: &[PodDeviceTaint]) -> String {
     let parts: Vec<String> = taints
         .iter()
         .map(|t| {
-            let by = device_toleration(&t.taint, &t.tolerations).map_or_else(
-                || "(it has no timeAdded)".to_string(),
-                |tol| format!("by \"{tol}\""),
-            );
+            let by = match device_toleration(&t.taint, &t.tolerations) {
+                _ if t.taint.time_added.is_none() => "ignored: it has no timeAdded".to_string(),
+                Some(tol) => format!("by \"{tol}\""),
+                None => "not tolerated".to_string(),
+            };
             format!("{} on {} ({}) {by}", t.taint, t.device, t.source)
         })
         .collect();
@@ -744,6 +817,117 @@ mod tests {
             safe.reason
         );
         assert_eq!(row(&plan, "ns/p1").devices(), vec!["d/p/g1".to_string()]);
+    }
+
+    fn ruled(
+        selector: serde_json::Value,
+        added: Option<&str>,
+    ) -> crate::adapters::device::DeviceTaintRule {
+        let mut taint = serde_json::json!({"key": "k", "effect": "NoExecute"});
+        if let Some(a) = added {
+            taint["timeAdded"] = a.into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "r", "uid": "rule-uid", "generation": 1},
+            "spec": {"deviceSelector": selector, "taint": taint}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A device eviction due after `--until` is not "held".
+    #[test]
+    fn a_device_eviction_after_the_horizon_is_not_held() {
+        let now = Time::from_secs(1_000_000);
+        let hypothesis = Hypothesis {
+            device_taints: vec![
+                parse_device_taint("d/p/g1=k:NoExecute").unwrap_or_else(|e| panic!("{e}")),
+            ],
+            ..Hypothesis::default()
+        };
+        let policy = crate::adapters::policy::Policy::default();
+        let plan = run(
+            device_snapshot(),
+            &hypothesis,
+            now,
+            Some(now.plus_secs(10)),
+            &policy,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let r = row(&plan, "ns/p1");
+        assert!(!r.held && r.evicted_at.is_none(), "{r:?}");
+        assert!(r.reason.contains("after the horizon"), "{}", r.reason);
+    }
+
+    /// The brake's figures are those with everything applied, nodes included, even when the
+    /// devices engaged it before the nodes were counted.
+    #[test]
+    fn the_brake_figures_count_the_nodes_and_the_devices() {
+        let now = Time::from_secs(1_000_000);
+        let hypothesis = Hypothesis {
+            rules: vec![ruled(serde_json::json!({"driver": "d"}), None)],
+            ..Hypothesis::default()
+        };
+        let mut policy = crate::adapters::policy::Policy::default();
+        policy.pace.brake = Some(noexecute_engine::pace::Brake {
+            threshold_percent: 50.0,
+            min_tainted_nodes: 1,
+        });
+        let plan = run(device_snapshot(), &hypothesis, now, None, &policy, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            plan.brake,
+            Some(BrakeFigures {
+                tainted: 0,
+                nodes: 1,
+                devices: (4, 4)
+            })
+        );
+        assert!(row(&plan, "ns/p0").held, "{:?}", row(&plan, "ns/p0"));
+    }
+
+    /// `--device-rule` naming an existing rule is an update, as `kubectl apply` makes it: the
+    /// taint keeps its timeAdded (here 100 s ago), so the tolerating pod is overdue, not due
+    /// in 30 s.
+    #[test]
+    fn applying_an_existing_rule_keeps_its_time_added() {
+        let now = Time::from_secs(1_000_000);
+        let before = crate::adapters::time::timestamp(Time::from_secs(1_000_000 - 100));
+        let mut state = device_snapshot();
+        state.rules.push(ruled(
+            serde_json::json!({"driver": "d", "pool": "p", "device": "g3"}),
+            Some(&before),
+        ));
+        let hypothesis = Hypothesis {
+            rules: vec![ruled(serde_json::json!({"driver": "d", "pool": "p"}), None)],
+            ..Hypothesis::default()
+        };
+        let policy = crate::adapters::policy::Policy::default();
+        let plan =
+            run(state, &hypothesis, now, None, &policy, false).unwrap_or_else(|e| panic!("{e}"));
+        let r = row(&plan, "ns/p1");
+        assert_eq!(r.evicted_at, Some(now), "{r:?}");
+        assert!(r.reason.contains("overdue"), "{}", r.reason);
+    }
+
+    /// A pod excluded by policy still shows its device taints, as excluded.
+    #[test]
+    fn an_excluded_pod_with_tainted_devices_is_shown_as_excluded() {
+        let now = Time::from_secs(1_000_000);
+        let hypothesis = Hypothesis {
+            rules: vec![ruled(serde_json::json!({"driver": "d"}), None)],
+            ..Hypothesis::default()
+        };
+        let mut policy = crate::adapters::policy::Policy::default();
+        policy.exclude_namespaces.insert("ns".into());
+        let plan = run(device_snapshot(), &hypothesis, now, None, &policy, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let r = row(&plan, "ns/p0");
+        assert_eq!(
+            (r.decision(), r.reason.as_str()),
+            ("safe", "excluded by policy")
+        );
+        assert_eq!(r.devices(), vec!["d/p/g0".to_string()]);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct ClusterState {
     pub slices: Vec<ResourceSlice>,
     pub claims: Vec<ResourceClaim>,
     pub rules: Vec<DeviceTaintRule>,
+    /// The live read was not allowed to list the DRA objects: device taints are left out.
+    pub devices_unreadable: bool,
     pub source: String,
     /// Items of other kinds that were skipped.
     pub skipped: usize,
@@ -122,13 +124,36 @@ impl ClusterState {
                 None => break,
             }
         }
-        if dra.slices_and_claims {
-            state.slices = list_all(&client, "v1", "ResourceSlice", "resourceslices").await?;
-            state.claims = list_all(&client, "v1", "ResourceClaim", "resourceclaims").await?;
-        }
-        if dra.rules {
-            state.rules =
-                list_all(&client, "v1beta2", "DeviceTaintRule", "devicetaintrules").await?;
+        // Device objects may be unreadable to someone allowed nodes and pods: then device
+        // taints are left out, and said so.
+        let forbidden = |e: &anyhow::Error| {
+            e.downcast_ref::<kube::Error>()
+                .is_some_and(|e| matches!(e, kube::Error::Api(s) if s.code == 403))
+        };
+        let read = async {
+            if dra.slices_and_claims {
+                state.slices = list_all(&client, "v1", "ResourceSlice", "resourceslices").await?;
+                state.claims = list_all(&client, "v1", "ResourceClaim", "resourceclaims").await?;
+            }
+            if dra.rules {
+                state.rules =
+                    list_all(&client, "v1beta2", "DeviceTaintRule", "devicetaintrules").await?;
+            }
+            anyhow::Ok(())
+        };
+        match read.await {
+            Ok(()) => {}
+            Err(e) if forbidden(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "not allowed to list ResourceSlices, ResourceClaims or DeviceTaintRules: device taints are left out"
+                );
+                state.slices.clear();
+                state.claims.clear();
+                state.rules.clear();
+                state.devices_unreadable = true;
+            }
+            Err(e) => return Err(e),
         }
         Ok(state)
     }
@@ -155,6 +180,7 @@ async fn list_all<K: serde::de::DeserializeOwned + Clone + std::fmt::Debug>(
         let page = api
             .list(&lp)
             .await
+            .map_err(anyhow::Error::new)
             .with_context(|| format!("listing {plural}"))?;
         for item in page.items {
             let name = item.metadata.name.clone().unwrap_or_default();
@@ -283,32 +309,44 @@ impl<'p> Loader<'p> {
         };
         let is_object = kind == "Node" || kind == "Pod" || DEVICE_KINDS.contains(&kind.as_str());
         let named = item
-            .metadata
-            .name
-            .as_deref()
-            .or_else(|| item.raw.get("metadata")?.get("name")?.as_str())
+            .raw
+            .get("metadata")
+            .map_or(item.metadata.name.as_deref(), |m| m.get("name")?.as_str())
             .is_some_and(|n| !n.is_empty());
         if is_object && !named {
             return Err(missing(format!("{field}.metadata.name")));
         }
-        // A spec or status that came before the kind was kept as JSON: read it now.
+        // What came before the kind was kept as JSON: read it now.
         if kind == "Node" || kind == "Pod" {
-            if let Some(spec) = item.raw.remove("spec") {
+            if let Some(meta) = item.raw.remove("metadata") {
+                item.metadata = serde_json::from_value::<slim::Meta>(meta)
+                    .map_err(|e| (format!("{field}.metadata"), e.to_string()))?
+                    .0;
+            }
+            if let Some(spec) = item.raw.remove("spec").filter(|v| !v.is_null()) {
                 item.spec = serde_json::from_value::<Option<ItemSpec>>(spec)
                     .map_err(|e| (format!("{field}.spec"), e.to_string()))?
                     .unwrap_or_default();
             }
-            if let Some(status) = item.raw.remove("status") {
+            if let Some(status) = item.raw.remove("status").filter(|v| !v.is_null()) {
                 item.status = serde_json::from_value(status)
                     .map_err(|e| (format!("{field}.status"), e.to_string()))?;
             }
         }
         if DEVICE_KINDS.contains(&kind.as_str()) {
-            if !item.raw.contains_key("metadata") {
-                let meta = serde_json::to_value(&*item.metadata)
-                    .map_err(|e| (format!("{field}.metadata"), e.to_string()))?;
-                item.raw.insert("metadata".into(), meta);
+            // resource.k8s.io/v1beta1 nests a device's fields under `basic`: its taints
+            // would be lost without a word.
+            let version = item.raw.get("apiVersion").and_then(|v| v.as_str());
+            if version == Some("resource.k8s.io/v1beta1") {
+                return Err((
+                    format!("{field}.apiVersion"),
+                    format!(
+                        "{kind} in resource.k8s.io/v1beta1 is not read; list it as v1 (kubectl get resourceslices.v1.resource.k8s.io,resourceclaims.v1.resource.k8s.io -A -o json)"
+                    ),
+                ));
             }
+            // A blank (null) part reads as absent.
+            item.raw.retain(|_, v| !v.is_null());
             let object = serde_json::Value::Object(std::mem::take(&mut item.raw));
             let invalid = |e: serde_json::Error| (field.to_string(), format!("{kind}: {e}"));
             let mut state = self.state.borrow_mut();
@@ -395,11 +433,11 @@ fn item_field<'de, A: MapAccess<'de>>(
         _ if other_kind => {
             map.next_value::<IgnoredAny>()?;
         }
-        "metadata" | "spec" | "status" if device => {
+        "apiVersion" | "metadata" | "spec" | "status" if device => {
             item.raw.insert(key.into(), map.next_value()?);
         }
-        // The kind is not known yet: keep the spec and status as they are.
-        "spec" | "status" if kind.is_none() => {
+        // The kind is not known yet: keep what it decides how to read as it is.
+        "apiVersion" | "metadata" | "spec" | "status" if kind.is_none() => {
             item.raw.insert(key.into(), map.next_value()?);
         }
         "metadata" => item.metadata = map.next_value::<slim::Meta>()?.0,
@@ -556,6 +594,41 @@ mod tests {
         assert_eq!(pod.tolerations[0].toleration_seconds, Some(60));
         let node = crate::adapters::convert::node(&state.nodes[0]);
         assert!(node.taints[0].time_added.is_some());
+    }
+
+    /// A claim whose metadata comes before its kind keeps its owner (the pod it was made for
+    /// from a template); a v1beta1 slice is refused, not read without its taints.
+    #[test]
+    fn device_items_in_any_field_order() {
+        let state = parse(
+            r#"{"items":[
+              {"kind":"Node","metadata":{"name":"n1"}},
+              {"metadata":{"name":"c","namespace":"ns","uid":"cu",
+                           "ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"pu","controller":true}]},
+               "status":{"allocation":{"devices":{"results":[{"request":"r","driver":"d","pool":"p","device":"g"}]}}},
+               "apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim"},
+              {"spec":{"nodeName":"n1"},"metadata":{"name":"p","namespace":"ns","uid":"pu"},"kind":"Pod"}]}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(state.claims.len(), 1);
+        assert_eq!(state.claims[0].metadata.owner_references.len(), 1);
+        assert_eq!(
+            state.claims[0].observe().owner.map(|u| u.to_string()),
+            Some("pu".to_string())
+        );
+        assert_eq!(state.pods[0].spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(state.pods[0].metadata.uid.as_deref(), Some("pu"));
+        let err = parse(
+            r#"{"items":[{"apiVersion":"resource.k8s.io/v1beta1","kind":"ResourceSlice",
+               "metadata":{"name":"s"},"spec":{"driver":"d","devices":[{"name":"g","basic":{}}]}}]}"#,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.contains("items[0].apiVersion") && err.contains("v1beta1 is not read"),
+            "{err}"
+        );
     }
 
     #[test]
