@@ -398,3 +398,111 @@ async fn upstreams_device_controller_passes_the_same_checks() -> Result<()> {
     );
     Ok(())
 }
+
+/// `--dry-run` with device taints: the pod a rule makes due is decided (the dry-run Event and
+/// metric say so) but nothing is written: judged from the API server's audit log, noexecute
+/// sends no request but Events, no pod patch or delete and no rule status, over the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_writes_nothing_for_devices() -> Result<()> {
+    let plane = Plane::up_with_env(
+        "device-dry-run",
+        &[],
+        &[("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS)],
+    )?;
+    plane.install_device_rbac()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "device-dry-run").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    let pool = format!("{}-pool", ns.name);
+    let slice_name = format!("{}-gpus", ns.name);
+    let slices: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::slices());
+    let claims: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &dra::claims());
+    let rules: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::rules());
+    slices
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::slices(),
+                json!({"metadata": {"name": slice_name}, "spec": slice_spec(&pool, &[])}),
+            )?,
+        )
+        .await
+        .context("creating the ResourceSlice")?;
+    pod_with_gpu(&ns, &claims, &node, &pool, "kept", "gpu-0", None).await?;
+    let mut c = Controller::start(
+        &plane,
+        binary(),
+        &ns.name,
+        &["--leader-elect=false", "--device-taints", "--dry-run"],
+    )?;
+    c.wait_ready(Duration::from_secs(30)).await?;
+    let rule_name = format!("{}-gpu-0", ns.name);
+    let started = Instant::now();
+    rules
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::rules(),
+                json!({
+                    "metadata": {"name": rule_name},
+                    "spec": {
+                        "deviceSelector": {"driver": DRIVER, "pool": pool, "device": "gpu-0"},
+                        "taint": {"key": "maintenance", "effect": "NoExecute"}
+                    }
+                }),
+            )?,
+        )
+        .await
+        .context("creating the DeviceTaintRule")?;
+    // Decided: the dry-run Event and metric (the positive control) ...
+    // (upstream's device Event says "Marking for deletion", without the pod's name).
+    eventually(Duration::from_secs(5), "the dry-run event", || async {
+        let events = device_events(&admin, &ns.name, "kept").await?;
+        Ok(events
+            .iter()
+            .any(|(m, _, _)| m == "[dry-run] Marking for deletion")
+            .then_some(()))
+    })
+    .await?;
+    c.wait_metric(
+        "noexecute_dry_run_evictions_total",
+        1.0,
+        Duration::from_secs(5),
+    )
+    .await?;
+    // ... and over the window (past the rule status's 10 s), nothing written.
+    assert_not_evicted_for(
+        &ns.pods(),
+        "kept",
+        (started + Duration::from_secs(12)).saturating_duration_since(Instant::now()),
+    )
+    .await?;
+    let live = ns.pods().get("kept").await?;
+    ensure!(
+        condition(&live, "DisruptionTarget").is_none(),
+        "nothing patched"
+    );
+    let rule = rules.get(&rule_name).await?;
+    ensure!(
+        rule.data["status"]["conditions"].is_null(),
+        "no rule status in a dry run: {}",
+        rule.data["status"]
+    );
+    let writes: Vec<String> = plane
+        .audit()?
+        .into_iter()
+        .filter(|e| e.user_agent.starts_with("noexecute/"))
+        .filter(|e| matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .filter(|e| e.resource != "events")
+        .map(|e| format!("{} {}/{} {}", e.verb, e.resource, e.subresource, e.name))
+        .collect();
+    ensure!(
+        writes.is_empty(),
+        "noexecute wrote in a dry run: {writes:?}"
+    );
+    rules.delete(&rule_name, &Default::default()).await?;
+    slices.delete(&slice_name, &Default::default()).await?;
+    ns.cleanup().await?;
+    plane.down()?;
+    Ok(())
+}
