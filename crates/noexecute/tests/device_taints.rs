@@ -147,6 +147,64 @@ enum Who {
     Upstream,
 }
 
+/// A plane serving DeviceTaintRules, a namespace with a node, and a driver's slice of four
+/// untainted GPUs in the pool `NAMESPACE-pool`.
+struct Gpus {
+    plane: Plane,
+    admin: kube::Client,
+    ns: TestNamespace,
+    node: String,
+    pool: String,
+    slice_name: String,
+    slices: Api<DynamicObject>,
+    claims: Api<DynamicObject>,
+    rules: Api<DynamicObject>,
+}
+
+impl Gpus {
+    async fn up(name: &str, controllers: &[&str], kcm_args: &str) -> Result<Gpus> {
+        let plane = Plane::up_with_env(
+            name,
+            controllers,
+            &[
+                ("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS),
+                ("NOEXECUTE_KCM_ARGS", kcm_args),
+            ],
+        )?;
+        plane.install_device_rbac()?;
+        let admin = plane.admin_client().await?;
+        let ns = TestNamespace::create(&admin, name).await?;
+        let node = ns.create_node("n", vec![]).await?;
+        let pool = format!("{}-pool", ns.name);
+        let slice_name = format!("{}-gpus", ns.name);
+        let slices: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::slices());
+        let claims: Api<DynamicObject> =
+            Api::namespaced_with(admin.clone(), &ns.name, &dra::claims());
+        let rules: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::rules());
+        slices
+            .create(
+                &PostParams::default(),
+                &object(
+                    &dra::slices(),
+                    json!({"metadata": {"name": slice_name}, "spec": slice_spec(&pool, &[])}),
+                )?,
+            )
+            .await
+            .context("creating the ResourceSlice")?;
+        Ok(Gpus {
+            plane,
+            admin,
+            ns,
+            node,
+            pool,
+            slice_name,
+            slices,
+            claims,
+            rules,
+        })
+    }
+}
+
 /// The scenario of the module documentation, on a plane of its own; every check applies to
 /// both controllers alike.
 async fn scenario(who: Who) -> Result<Outcome> {
@@ -162,33 +220,17 @@ async fn scenario(who: Who) -> Result<Outcome> {
             "--feature-gates=DRADeviceTaintRules=true",
         ),
     };
-    let plane = Plane::up_with_env(
-        name,
-        controllers,
-        &[
-            ("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS),
-            ("NOEXECUTE_KCM_ARGS", kcm_args),
-        ],
-    )?;
-    plane.install_device_rbac()?;
-    let admin = plane.admin_client().await?;
-    let ns = TestNamespace::create(&admin, "device-taints").await?;
-    let node = ns.create_node("n", vec![]).await?;
-    let pool = format!("{}-pool", ns.name);
-    let slice_name = format!("{}-gpus", ns.name);
-    let slices: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::slices());
-    let claims: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &dra::claims());
-    let rules: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::rules());
-    slices
-        .create(
-            &PostParams::default(),
-            &object(
-                &dra::slices(),
-                json!({"metadata": {"name": slice_name}, "spec": slice_spec(&pool, &[])}),
-            )?,
-        )
-        .await
-        .context("creating the ResourceSlice")?;
+    let Gpus {
+        plane,
+        admin,
+        ns,
+        node,
+        pool,
+        slice_name,
+        slices,
+        claims,
+        rules,
+    } = Gpus::up(name, controllers, kcm_args).await?;
     let victim = pod_with_gpu(&ns, &claims, &node, &pool, "victim", "gpu-0", None).await?;
     pod_with_gpu(&ns, &claims, &node, &pool, "patient", "gpu-1", Some(3600)).await?;
     pod_with_gpu(&ns, &claims, &node, &pool, "recovers", "gpu-2", Some(6)).await?;
@@ -404,30 +446,17 @@ async fn upstreams_device_controller_passes_the_same_checks() -> Result<()> {
 /// sends no request but Events, no pod patch or delete and no rule status, over the window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_writes_nothing_for_devices() -> Result<()> {
-    let plane = Plane::up_with_env(
-        "device-dry-run",
-        &[],
-        &[("NOEXECUTE_APISERVER_ARGS", dra::APISERVER_ARGS)],
-    )?;
-    plane.install_device_rbac()?;
-    let admin = plane.admin_client().await?;
-    let ns = TestNamespace::create(&admin, "device-dry-run").await?;
-    let node = ns.create_node("n", vec![]).await?;
-    let pool = format!("{}-pool", ns.name);
-    let slice_name = format!("{}-gpus", ns.name);
-    let slices: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::slices());
-    let claims: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns.name, &dra::claims());
-    let rules: Api<DynamicObject> = Api::all_with(admin.clone(), &dra::rules());
-    slices
-        .create(
-            &PostParams::default(),
-            &object(
-                &dra::slices(),
-                json!({"metadata": {"name": slice_name}, "spec": slice_spec(&pool, &[])}),
-            )?,
-        )
-        .await
-        .context("creating the ResourceSlice")?;
+    let Gpus {
+        plane,
+        admin,
+        ns,
+        node,
+        pool,
+        slice_name,
+        slices,
+        claims,
+        rules,
+    } = Gpus::up("device-dry-run", &[], "").await?;
     pod_with_gpu(&ns, &claims, &node, &pool, "kept", "gpu-0", None).await?;
     let mut c = Controller::start(
         &plane,
