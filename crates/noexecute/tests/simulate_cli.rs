@@ -611,9 +611,18 @@ events:
         engaged["reason"]
             .as_str()
             .unwrap()
-            .contains("2 of 2 devices NoExecute-tainted"),
+            .contains("2 of 2 devices NoExecute-tainted (0.0% of nodes, 100.0% of devices)"),
         "{engaged}"
     );
+    // b is still held at the end: counted as pending.
+    let out = noexecute(&[
+        "simulate",
+        file.to_str().unwrap(),
+        "--brake-threshold",
+        "50",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("1 eviction(s) still pending"), "{table}");
 }
 
 #[test]
@@ -628,6 +637,96 @@ fn bad_device_input_is_reported_with_the_field() {
     );
     fails_with(
         "slices: [{driver: d, pool: p, devices: [{name: g0, taints: [{key: k, effect: Sometimes}]}]}]",
-        &["slices[0].devices[0].taints[0].effect", "unknown effect"],
+        &[
+            "slices[0].devices[0].taints[0].effect",
+            "unknown device taint effect",
+        ],
+    );
+    // Device taints and tolerations are checked as the API server checks them.
+    fails_with(
+        "slices: [{driver: d, pool: p, devices: [{name: g0, taints: [{key: k, effect: PreferNoSchedule}]}]}]",
+        &[
+            "slices[0].devices[0].taints[0].effect",
+            "expected NoSchedule, NoExecute or None",
+        ],
+    );
+    fails_with(
+        "slices: [{driver: d, pool: p, devices: [{name: g0}]}]\npods: [{name: a, devices: [{driver: d, pool: p, device: g0, tolerations: [{key: k, operator: Lt, value: '1'}]}]}]",
+        &[
+            "pods[0].devices[0].tolerations[0].operator",
+            "expected Equal or Exists",
+        ],
+    );
+}
+
+/// Run a scenario given as text; its JSON lines.
+fn simulate_text(name: &str, text: &str, flags: &[&str]) -> Vec<serde_json::Value> {
+    let dir = std::env::temp_dir().join(format!("noexecute-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, text).unwrap();
+    let mut args = vec!["simulate", file.to_str().unwrap(), "--output", "jsonl"];
+    args.extend_from_slice(flags);
+    json_lines(&args)
+}
+
+/// A pod evicted for its node while its device eviction waits: one eviction, and no
+/// "cancelled" for its devices afterwards (its claim goes after it).
+#[test]
+fn a_pod_evicted_for_its_node_is_not_then_cancelled_for_its_devices() {
+    let lines = simulate_text(
+        "node-then-device",
+        "slices: [{driver: d, pool: p, devices: [{name: g0, taints: [{key: k, effect: NoExecute}]}]}]
+nodes: [{name: n}]
+pods:
+  - {name: a, nodeName: n, devices: [{driver: d, pool: p, device: g0,
+       tolerations: [{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 60}]}]}
+events:
+  - {at: 5s, addTaint: {node: n, taint: {key: t, effect: NoExecute}}}
+",
+        &[],
+    );
+    let got = events(&lines);
+    assert_eq!(
+        got,
+        vec![
+            (0.0, "scheduled".to_string(), "default/a".to_string()),
+            (5.0, "evicted".to_string(), "default/a".to_string()),
+        ],
+        "{lines:?}"
+    );
+}
+
+/// `addRule` for an existing name is an update: the taint keeps its time (0 s, the 0.5 s
+/// truncated), so the pod tolerating it for 30 s goes at 30 s, not 30 s after the update.
+#[test]
+fn a_rule_applied_again_keeps_its_time() {
+    let lines = simulate_text(
+        "rule-update",
+        "slices: [{driver: d, pool: p, devices: [{name: g0}, {name: g1}]}]
+nodes: [{name: n}]
+pods:
+  - {name: a, nodeName: n, devices: [{driver: d, pool: p, device: g1,
+       tolerations: [{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 30}]}]}
+  - {name: b, nodeName: n, devices: [{driver: d, pool: p, device: g0,
+       tolerations: [{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 30}]}]}
+events:
+  - {at: 500ms, addRule: {name: r, deviceSelector: {driver: d, device: g0}, taint: {key: k, effect: NoExecute}}}
+  - {at: 20s, addRule: {name: r, deviceSelector: {driver: d}, taint: {key: k, effect: NoExecute}}}
+",
+        &[],
+    );
+    let evicted: Vec<(f64, String)> = events(&lines)
+        .into_iter()
+        .filter(|(_, e, _)| e == "evicted")
+        .map(|(at, _, pod)| (at, pod))
+        .collect();
+    assert_eq!(
+        evicted,
+        vec![
+            (30.0, "default/b".to_string()),
+            (30.0, "default/a".to_string())
+        ],
+        "{lines:?}"
     );
 }

@@ -170,7 +170,8 @@ pub struct DeviceSelectorSpec {
     pub device: Option<String>,
 }
 
-/// `addRule`: a DeviceTaintRule is created (or replaced, by name).
+/// `addRule`: a DeviceTaintRule is created, or, for a name that exists, updated as
+/// `kubectl apply` would (its taint keeps its time unless the effect changes).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RuleSpec {
@@ -458,7 +459,7 @@ impl Scenario {
         {
             return Err((
                 "nodes".into(),
-                "the scenario is empty: give nodes, pods or events".into(),
+                "the scenario is empty: give nodes, pods, slices or events".into(),
             ));
         }
         let mut nodes = BTreeSet::new();
@@ -496,7 +497,7 @@ impl Scenario {
                         format!("device {} is listed twice", d.name),
                     ));
                 }
-                check_taints(&d.taints, &format!("{f}.taints"))?;
+                check_device_taints(&d.taints, &format!("{f}.taints"))?;
             }
         }
         let published = |driver: &str, pool: &str, device: &str, field: String| {
@@ -513,7 +514,7 @@ impl Scenario {
             for (j, d) in p.devices.iter().enumerate() {
                 let f = format!("{field}.devices[{j}]");
                 published(&d.driver, &d.pool, &d.device, format!("{f}.device"))?;
-                check_tolerations(&d.tolerations, &format!("{f}.tolerations"))?;
+                check_device_tolerations(&d.tolerations, &format!("{f}.tolerations"))?;
             }
             Ok(())
         };
@@ -586,7 +587,7 @@ impl Scenario {
                         &t.device,
                         format!("{field}.addDeviceTaint.device"),
                     )?;
-                    check_taints(
+                    check_device_taints(
                         std::slice::from_ref(&t.taint),
                         &format!("{field}.addDeviceTaint.taint"),
                     )?;
@@ -599,13 +600,13 @@ impl Scenario {
                         format!("{field}.removeDeviceTaint.device"),
                     )?;
                     if let Some(effect) = &t.effect {
-                        check_effect(effect)
+                        check_device_effect(effect)
                             .map_err(|m| (format!("{field}.removeDeviceTaint.effect"), m))?;
                     }
                 }
                 Change::AddRule(r) => {
                     check_name(&r.name).map_err(|m| (format!("{field}.addRule.name"), m))?;
-                    check_taints(
+                    check_device_taints(
                         std::slice::from_ref(&r.taint),
                         &format!("{field}.addRule.taint"),
                     )?;
@@ -679,6 +680,68 @@ fn check_taints(taints: &[TaintSpec], field: &str) -> Result<(), (String, String
             return Err((format!("{field}[{i}].key"), "must not be empty".into()));
         }
         check_effect(&t.effect).map_err(|m| (format!("{field}[{i}].effect"), m))?;
+    }
+    Ok(())
+}
+
+/// A device taint's effect: `NoSchedule`, `NoExecute` or `None` (only `NoExecute` evicts).
+fn check_device_effect(effect: &str) -> Result<(), String> {
+    match effect {
+        "NoSchedule" | "NoExecute" | "None" => Ok(()),
+        other => Err(format!(
+            "unknown device taint effect {other:?}; expected NoSchedule, NoExecute or None"
+        )),
+    }
+}
+
+fn check_device_taints(taints: &[TaintSpec], field: &str) -> Result<(), (String, String)> {
+    for (i, t) in taints.iter().enumerate() {
+        if t.key.is_empty() {
+            return Err((format!("{field}[{i}].key"), "must not be empty".into()));
+        }
+        check_device_effect(&t.effect).map_err(|m| (format!("{field}[{i}].effect"), m))?;
+    }
+    Ok(())
+}
+
+/// A device request's tolerations: as a pod's, but only `Equal` and `Exists`, and the device
+/// effects.
+fn check_device_tolerations(
+    tolerations: &[TolerationSpec],
+    field: &str,
+) -> Result<(), (String, String)> {
+    for (i, t) in tolerations.iter().enumerate() {
+        let f = |name: &str| format!("{field}[{i}].{name}");
+        match t.operator.as_str() {
+            "" | "Equal" if t.key.is_empty() => {
+                return Err((
+                    f("operator"),
+                    "an empty key requires operator Exists".into(),
+                ));
+            }
+            "" | "Equal" => {}
+            "Exists" if !t.value.is_empty() => {
+                return Err((f("value"), "must be empty with operator Exists".into()));
+            }
+            "Exists" => {}
+            other => {
+                return Err((
+                    f("operator"),
+                    format!(
+                        "unknown operator {other:?} for a device toleration; expected Equal or Exists"
+                    ),
+                ));
+            }
+        }
+        if !t.effect.is_empty() {
+            check_device_effect(&t.effect).map_err(|m| (f("effect"), m))?;
+        }
+        if t.toleration_seconds.is_some() && !t.effect.is_empty() && t.effect != "NoExecute" {
+            return Err((
+                f("tolerationSeconds"),
+                "only applies to effect NoExecute (or an empty effect)".into(),
+            ));
+        }
     }
     Ok(())
 }

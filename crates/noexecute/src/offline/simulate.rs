@@ -1,5 +1,5 @@
 //! `noexecute simulate`: the engine on a virtual clock over a scenario (node taints, and device
-//! taints when the scenario has slices: `docs/parity.md` §22).
+//! taints when the scenario has slices, pods with devices or rules: `docs/parity.md` §22).
 //!
 //! It drives the same [`Pipeline`] as the live controller: at each step the pipeline first
 //! fires every deadline due by then, then the scenario's change is applied. Due evictions pass
@@ -121,6 +121,12 @@ struct SimPod {
     claim: bool,
 }
 
+/// A device taint's `timeAdded`: the API server keeps whole seconds (truncated), and for
+/// devices that stamp is the clock itself.
+fn whole_second(t: Time) -> Time {
+    Time::from_millis(t.as_millis() - t.as_millis().rem_euclid(1000))
+}
+
 /// The claim the simulator makes for a pod with devices.
 fn claim_name(pod: &str) -> String {
     format!("{pod}-devices")
@@ -148,8 +154,13 @@ struct Sim<'a> {
     /// Toleration lists as written → as the engine sees them (default tolerations added).
     tolerations: HashMap<Vec<scenario::TolerationSpec>, Rc<[Toleration]>>,
     uids: u64,
-    /// Evicted pods, deleted from the pipeline once nothing else is due (see `absorb`).
-    gone: Vec<(Arc<str>, Arc<str>)>,
+    /// Evicted pods (and whether they have a claim), deleted from the pipeline once nothing
+    /// else is due (see `absorb`).
+    gone: Vec<(Arc<str>, Arc<str>, bool)>,
+    /// Rules by name: the rule as last applied and its generation.
+    rules: BTreeMap<String, (Rule, i64)>,
+    /// Rules created so far (a rule created again after its deletion is a new object).
+    rule_uids: u64,
     timeline: Timeline,
     out: &'a mut dyn FnMut(Entry),
 }
@@ -178,6 +189,8 @@ pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> 
         tolerations: HashMap::new(),
         uids: 0,
         gone: Vec::new(),
+        rules: BTreeMap::new(),
+        rule_uids: 0,
         out,
         timeline: Timeline {
             entries: Vec::new(),
@@ -211,7 +224,7 @@ pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> 
                     taints: d
                         .taints
                         .iter()
-                        .map(|t| scenario::taint(t, sim.now))
+                        .map(|t| scenario::taint(t, whole_second(sim.now)))
                         .collect(),
                 })
                 .collect(),
@@ -310,12 +323,19 @@ impl Sim<'_> {
             },
         ));
         let (_, _, share) = self.pipeline.brake_counts();
+        let shares = match self.pipeline.devices().device_counts() {
+            (published, tainted) if published > 0 => format!(
+                "{share:.1}% of nodes, {:.1}% of devices",
+                tainted as f64 * 100.0 / published as f64
+            ),
+            _ => format!("{share:.1}%"),
+        };
         self.entry(Entry {
             at: self.now,
             kind,
             pod: "-".into(),
             node: None,
-            reason: format!("{counts} ({share:.1}%), {what}"),
+            reason: format!("{counts} ({shares}), {what}"),
         });
     }
 
@@ -339,8 +359,14 @@ impl Sim<'_> {
             if due || self.gone.is_empty() {
                 return;
             }
-            for (namespace, name) in std::mem::take(&mut self.gone) {
+            for (namespace, name, claim) in std::mem::take(&mut self.gone) {
                 self.pipeline.delete_pod(&namespace, &name, None, self.now);
+                // Its claim goes after it (as the resourceclaim controller deletes it), so
+                // the pod is not re-decided without it.
+                if claim {
+                    self.pipeline
+                        .delete_claim(&namespace, &claim_name(&name), self.now);
+                }
             }
         }
     }
@@ -418,14 +444,23 @@ impl Sim<'_> {
                         reason,
                     )
                 }
-                Effect::Device(DeviceAction::Cancel { pod, .. }) => {
+                // A pod this simulation evicted is deleted after: nothing to show.
+                Effect::Device(DeviceAction::Cancel { pod, event: false })
+                    if self.node_of(&pod.namespace, &pod.name).is_none()
+                        && !self
+                            .pods
+                            .contains_key(&(pod.namespace.to_string(), pod.name.to_string())) =>
+                {
+                    continue;
+                }
+                Effect::Device(DeviceAction::Cancel { pod, event }) => {
                     let node = self.node_of(&pod.namespace, &pod.name);
-                    (
-                        pod.to_string(),
-                        node,
-                        Kind::Cancelled,
-                        "its devices no longer make it due".to_string(),
-                    )
+                    let reason = if event {
+                        "its devices no longer make it due"
+                    } else {
+                        "the pod was deleted"
+                    };
+                    (pod.to_string(), node, Kind::Cancelled, reason.to_string())
                 }
                 Effect::Cancel(_)
                 | Effect::PodEvent { .. }
@@ -451,13 +486,11 @@ impl Sim<'_> {
     /// The attempt succeeded at once (the pipeline's virtual executor): the pod is gone.
     fn evicted(&mut self, attempt: &Attempt) {
         let (namespace, name) = (&attempt.pod.namespace, &attempt.pod.name);
-        if let Some(pod) = self.pods.remove(&(namespace.to_string(), name.to_string()))
-            && pod.claim
-        {
-            self.pipeline
-                .delete_claim(namespace, &claim_name(name), self.now);
-        }
-        self.gone.push((namespace.clone(), name.clone()));
+        let claim = self
+            .pods
+            .remove(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|pod| pod.claim);
+        self.gone.push((namespace.clone(), name.clone(), claim));
     }
 
     fn node_of(&self, namespace: &str, name: &str) -> Option<String> {
@@ -556,11 +589,16 @@ impl Sim<'_> {
             };
             self.pipeline.upsert_claim(claim, self.now);
         }
-        self.observe_pod(&spec.namespace, &spec.name, &pod);
-        self.pods.insert((spec.namespace, spec.name), pod);
+        // In before it is observed: observing it may evict it at once, which takes it out.
+        let (namespace, name) = (spec.namespace, spec.name);
+        self.pods.insert((namespace.clone(), name.clone()), pod);
+        self.observe_pod(&namespace, &name);
     }
 
-    fn observe_pod(&mut self, namespace: &str, name: &str, pod: &SimPod) {
+    fn observe_pod(&mut self, namespace: &str, name: &str) {
+        let Some(pod) = self.pods.get(&(namespace.to_string(), name.to_string())) else {
+            return;
+        };
         let uid = format!("sim-{}", pod.uid);
         let mut obs = PodObservation::new(namespace, name, &uid, pod.node.as_deref())
             .with_tolerations(pod.tolerations.to_vec());
@@ -591,9 +629,11 @@ impl Sim<'_> {
             Change::AddNode(n) => format!("node {} added", n.name),
             Change::DeleteNode(n) => format!("node {} deleted", n.name),
             Change::AddDeviceTaint(t) => {
-                format!("+{} on {}", short_key(&t.taint.key), t.device)
+                format!("+{} on {}/{}", short_key(&t.taint.key), t.pool, t.device)
             }
-            Change::RemoveDeviceTaint(t) => format!("-{} on {}", short_key(&t.key), t.device),
+            Change::RemoveDeviceTaint(t) => {
+                format!("-{} on {}/{}", short_key(&t.key), t.pool, t.device)
+            }
             Change::AddRule(r) => format!("rule {} added", r.name),
             Change::DeleteRule(r) => format!("rule {} deleted", r.name),
             _ => return,
@@ -658,7 +698,7 @@ impl Sim<'_> {
                 self.set_node(&r.node, taints);
             }
             Change::AddDeviceTaint(t) => {
-                let taint = scenario::taint(&t.taint, self.now);
+                let taint = scenario::taint(&t.taint, whole_second(self.now));
                 self.edit_device(&t.driver, &t.pool, &t.device, |taints| {
                     add_or_replace(taints, taint)
                 });
@@ -672,52 +712,71 @@ impl Sim<'_> {
                 });
             }
             Change::AddRule(r) => {
-                let rule = Rule {
-                    uid: noexecute_engine::Uid::new(&format!("sim-rule-{}", r.name)),
+                let mut rule = Rule {
+                    uid: noexecute_engine::Uid::new(""),
                     name: r.name,
                     selector: r.device_selector.map(|s| Selector {
                         driver: s.driver,
                         pool: s.pool,
                         device: s.device,
                     }),
-                    taint: scenario::taint(&r.taint, self.now),
+                    taint: scenario::taint(&r.taint, whole_second(self.now)),
                 };
+                // As `kubectl apply` updates a rule: the same object, its taint's timeAdded
+                // kept unless the effect changes (the API server's update strategy).
+                let generation = match self.rules.get(&rule.name) {
+                    Some((old, generation)) => {
+                        rule.uid = old.uid.clone();
+                        if rule.taint.effect == old.taint.effect {
+                            rule.taint.time_added = old.taint.time_added;
+                        }
+                        generation + 1
+                    }
+                    None => {
+                        self.rule_uids += 1;
+                        rule.uid =
+                            noexecute_engine::Uid::new(&format!("sim-rule-{}", self.rule_uids));
+                        1
+                    }
+                };
+                self.rules
+                    .insert(rule.name.clone(), (rule.clone(), generation));
                 let status = noexecute_engine::pipeline::RuleStatus {
-                    generation: 1,
+                    generation,
                     condition: None,
                 };
                 self.pipeline.upsert_rule(rule, status, self.now);
                 self.absorb();
             }
             Change::DeleteRule(r) => {
+                self.rules.remove(&r.name);
                 self.pipeline.delete_rule(&r.name, self.now);
                 self.absorb();
             }
             Change::AddPod(p) => self.add_pod(p),
             Change::UpdatePod(u) => {
                 let key = (u.namespace.clone(), u.name.clone());
-                let Some(mut pod) = self.pods.remove(&key) else {
+                if !self.pods.contains_key(&key) {
                     self.ignored(
                         format!("{}/{}", u.namespace, u.name),
                         "updatePod: the pod was already evicted",
                     );
                     return;
-                };
-                if let Some(node) = u.node_name {
-                    pod.node = Some(node);
                 }
-                if let Some(t) = u.tolerations {
-                    pod.tolerations = self.tolerations(t);
+                let tolerations = u.tolerations.map(|t| self.tolerations(t));
+                if let Some(pod) = self.pods.get_mut(&key) {
+                    if let Some(node) = u.node_name {
+                        pod.node = Some(node);
+                    }
+                    if let Some(t) = tolerations {
+                        pod.tolerations = t;
+                    }
                 }
-                self.observe_pod(&u.namespace, &u.name, &pod);
-                self.pods.insert(key, pod);
+                self.observe_pod(&u.namespace, &u.name);
             }
             Change::DeletePod(k) => {
-                if self
-                    .pods
-                    .remove(&(k.namespace.clone(), k.name.clone()))
-                    .is_none()
-                {
+                let key = (k.namespace.clone(), k.name.clone());
+                if !self.pods.contains_key(&key) {
                     self.ignored(
                         format!("{}/{}", k.namespace, k.name),
                         "deletePod: the pod was already evicted",
@@ -729,6 +788,7 @@ impl Sim<'_> {
                 self.pipeline
                     .delete_claim(&k.namespace, &claim_name(&k.name), self.now);
                 self.absorb();
+                self.pods.remove(&key);
             }
         }
     }
@@ -747,6 +807,26 @@ impl Sim<'_> {
                 )
             })
             .collect();
+        // Device evictions waiting or held, where the pod has no earlier node one.
+        let devices: Vec<(String, Option<String>, Time)> = self
+            .pipeline
+            .devices()
+            .pending()
+            .iter()
+            .map(|(key, eviction)| {
+                (
+                    key.to_string(),
+                    self.node_of(&key.namespace, &key.name),
+                    eviction.at,
+                )
+            })
+            .collect();
+        for (pod, node, at) in devices {
+            match pending.iter_mut().find(|p| p.0 == pod) {
+                Some(p) => p.2 = p.2.min(at),
+                None => pending.push((pod, node, at)),
+            }
+        }
         pending.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
         self.timeline.pending = pending;
         self.timeline
