@@ -83,3 +83,74 @@ async fn plan_and_explain_read_the_live_cluster() -> Result<()> {
     );
     ns.cleanup().await
 }
+
+/// A live `plan` by someone allowed to list nodes and pods but not ResourceSlices,
+/// ResourceClaims or DeviceTaintRules (the API server serves `resource.k8s.io/v1`) still plans
+/// the node taints, and warns that device taints are left out; with the admin's rights
+/// (the control) there is no warning.
+#[tokio::test]
+async fn a_live_plan_without_device_reads_warns_and_plans_the_nodes() -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Api, PostParams};
+    let plane = Plane::shared("plan", &[])?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "plan-no-dra").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    ns.create_pod(&pod("plain", &node, vec![], None)).await?;
+    let user = format!("{}-reader", ns.name);
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": user},
+        "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
+    }))?;
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    // The admin's kubeconfig, acting as the reader.
+    let admin_config = std::fs::read_to_string(&plane.kubeconfig)?;
+    let reader_config =
+        admin_config.replacen("  user:\n", &format!("  user:\n    as: {user}\n"), 1);
+    assert_ne!(
+        reader_config, admin_config,
+        "the kubeconfig has a user entry"
+    );
+    let reader = plane.state_dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(&reader, reader_config)?;
+
+    let taint = format!("{node}=example.com/x:NoExecute");
+    let plan = |kubeconfig: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_noexecute"))
+            .args([
+                "plan",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--taint",
+                &taint,
+                "-o",
+                "jsonl",
+            ])
+            .output()
+    };
+    let warning = "device taints are left out";
+    let out = plan(&reader)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(warning), "{stderr}");
+    let stdout = String::from_utf8(out.stdout)?;
+    assert!(
+        stdout.contains(&format!("\"pod\":\"{}/plain\"", ns.name)),
+        "{stdout}"
+    );
+    let out = plan(&plane.kubeconfig)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains(warning), "{stderr}");
+    ns.cleanup().await
+}
