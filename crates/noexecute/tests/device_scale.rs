@@ -4,7 +4,8 @@
 //! --device-taints` each get a plane of their own, one after the other, at the same client
 //! QPS; both must evict every pod, and the makespans (rule created → last pod evicted) are
 //! printed side by side. A second rule with effect `None` previews the same devices: both
-//! controllers must write the same preview.
+//! controllers must write the same preview, once each has evicted a sentinel pod written after
+//! all the others (so neither judges from a cache still catching up).
 
 use std::time::{Duration, Instant};
 
@@ -21,9 +22,54 @@ const DRIVER: &str = "gpu.example.com";
 const SLICES: usize = 20;
 const DEVICES: usize = 50;
 const QPS: &str = "200";
+/// The sentinel's driver: no rule below selects it.
+const SENTINEL_DRIVER: &str = "sentinel.example.com";
 
 fn binary() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_BIN_EXE_noexecute"))
+}
+
+/// A pod on `node` with the claim `name`, allocated `device` (driver, pool, device) and
+/// reserved for the pod, as the scheduler would leave it.
+async fn pod_with_device(
+    pods: &Api<Pod>,
+    claims: &Api<DynamicObject>,
+    ns: &str,
+    node: &str,
+    name: &str,
+    (driver, pool, device): (&str, &str, &str),
+) -> Result<()> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimName": name}]}
+    }))?;
+    let pod = pods.create(&PostParams::default(), &pod).await?;
+    let uid = pod.metadata.uid.context("uid")?;
+    claims
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::claims(),
+                json!({"metadata": {"name": name},
+                       "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                           "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}}}),
+            )?,
+        )
+        .await?;
+    claims
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "allocation": {"devices": {"results": [{"request": "gpu", "driver": driver,
+                    "pool": pool, "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]
+            }})),
+        )
+        .await?;
+    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -87,48 +133,26 @@ async fn run(who: Who) -> Result<Run> {
     let pods = ns.pods();
     futures::stream::iter(0..SLICES * DEVICES)
         .map(|i| {
-            let (pods, claims, ns_name, node, pool) =
-                (pods.clone(), claims.clone(), ns.name.clone(), node.clone(), pool(i / DEVICES));
+            let (pods, claims, pool) = (pods.clone(), claims.clone(), pool(i / DEVICES));
+            let (ns_name, node) = (ns.name.clone(), node.clone());
             async move {
+                let device = format!("gpu-{}", i % DEVICES);
                 let name = format!("p-{i:04}");
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": name, "namespace": ns_name},
-                    "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-                             "resourceClaims": [{"name": "gpu", "resourceClaimName": name}]}
-                }))?;
-                let pod = pods.create(&PostParams::default(), &pod).await?;
-                let uid = pod.metadata.uid.context("uid")?;
-                claims
-                    .create(
-                        &PostParams::default(),
-                        &object(
-                            &dra::claims(),
-                            json!({"metadata": {"name": name},
-                                   "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                                       "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}}}),
-                        )?,
-                    )
-                    .await?;
-                claims
-                    .patch_status(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": {
-                            "allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER,
-                                "pool": pool, "device": format!("gpu-{}", i % DEVICES)}]}},
-                            "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]
-                        }})),
-                    )
-                    .await?;
-                anyhow::Ok(())
+                pod_with_device(
+                    &pods,
+                    &claims,
+                    &ns_name,
+                    &node,
+                    &name,
+                    (DRIVER, &pool, &device),
+                )
+                .await
             }
         })
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()
         .await
         .context("creating the pods and their claims")?;
-
     let mut controller = match who {
         Who::Noexecute => {
             let mut c = Controller::start(
@@ -149,6 +173,45 @@ async fn run(who: Who) -> Result<Run> {
         }
         Who::Upstream => None,
     };
+    // A sentinel, written after every pod and claim above: a pod whose device its own slice
+    // taints. A controller that has evicted it has seen, on each watch, every object written
+    // before it, so the preview below is judged on the whole set and not on a cache still
+    // catching up (upstream writes its preview once, from whatever its informers hold).
+    let sentinel_pool = format!("{}-sentinel", ns.name);
+    slices
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::slices(),
+                json!({
+                    "metadata": {"name": sentinel_pool},
+                    "spec": {"driver": SENTINEL_DRIVER, "allNodes": true,
+                             "devices": [{"name": "s-0", "taints": [{"key": "sentinel", "effect": "NoExecute"}]}],
+                             "pool": {"name": sentinel_pool, "generation": 1, "resourceSliceCount": 1}}
+                }),
+            )?,
+        )
+        .await
+        .context("creating the sentinel slice")?;
+    pod_with_device(
+        &pods,
+        &claims,
+        &ns.name,
+        &node,
+        "sentinel",
+        (SENTINEL_DRIVER, &sentinel_pool, "s-0"),
+    )
+    .await
+    .context("creating the sentinel")?;
+    eventually(Duration::from_secs(60), "the sentinel evicted", || async {
+        Ok(pods
+            .get_opt("sentinel")
+            .await?
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(()))
+    })
+    .await?;
+
     // The preview first: a None rule over every device of the namespace's pools.
     let preview_name = format!("{}-preview", ns.name);
     rules
@@ -203,7 +266,7 @@ async fn run(who: Who) -> Result<Run> {
     if let Some(c) = &mut controller {
         c.wait_metric(
             "device_taint_eviction_controller_pod_deletions_total",
-            total as f64,
+            (total + 1) as f64,
             Duration::from_secs(10),
         )
         .await?;
