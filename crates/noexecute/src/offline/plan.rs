@@ -336,7 +336,6 @@ pub fn run(
     pipeline.set_leading(true, now);
     // The planned executor evicts at once; evicted pods stay (terminating) for the rows.
     let mut clock = now;
-    let mut brake = None;
     let mut evicted: BTreeMap<String, (Time, String)> = BTreeMap::new();
     let mut skipped: BTreeSet<String> = BTreeSet::new();
     let mut due: BTreeMap<String, (Time, String)> = BTreeMap::new();
@@ -365,9 +364,6 @@ pub fn run(
                 }
                 PipelineEffect::Decided(Action::Skip { pod, .. }) => {
                     skipped.insert(pod.to_string());
-                }
-                PipelineEffect::Brake(noexecute_engine::BrakeChange::Engaged { .. }) => {
-                    brake = Some(());
                 }
                 PipelineEffect::Start(attempt) => {
                     let pod = attempt.pod.to_string();
@@ -409,7 +405,7 @@ pub fn run(
     }
     let engine = &pipeline;
     // The brake's figures with everything applied (it may have engaged part way through).
-    let brake = brake.filter(|_| pipeline.braking()).map(|()| {
+    let brake = pipeline.braking().then(|| {
         let (nodes, tainted, _) = pipeline.brake_counts();
         BrakeFigures {
             tainted,
@@ -446,6 +442,11 @@ pub fn run(
         if node_taints.is_some() {
             affected.insert(node.to_string());
         }
+        // The earlier of its node and device deadlines, if it is due at all.
+        let first_due = [due.get(&pod), device_due.get(&pod)]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(d, _)| *d);
         let row = if let Some((at, reason)) = evicted.get(&pod) {
             Row {
                 pod,
@@ -455,11 +456,8 @@ pub fn run(
                 reason: reason.clone(),
                 device_taints,
             }
-        } else if let Some((deadline, reason)) = [due.get(&pod), device_due.get(&pod)]
-            .into_iter()
-            .flatten()
-            .min_by_key(|(d, _)| *d)
-            .filter(|(d, _)| horizon.is_some_and(|h| *d > h))
+        } else if let Some((deadline, reason)) =
+            first_due.filter(|(d, _)| horizon.is_some_and(|h| *d > h))
         {
             Row {
                 pod,
@@ -472,13 +470,9 @@ pub fn run(
                 ),
                 device_taints,
             }
-        } else if let Some((deadline, reason)) = [due.get(&pod), device_due.get(&pod)]
-            .into_iter()
-            .flatten()
-            .min_by_key(|(d, _)| *d)
-        {
+        } else if let Some((deadline, reason)) = first_due {
             let why = match brake {
-                Some(figures) if pipeline.braking() && !pipeline.is_released(node) => {
+                Some(figures) if !pipeline.is_released(node) => {
                     format!(
                         "held by the mass-eviction brake ({figures}); release with the node annotation {}=true",
                         crate::adapters::policy::RELEASE_ANNOTATION

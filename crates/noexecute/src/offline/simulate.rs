@@ -785,8 +785,10 @@ impl Sim<'_> {
                 }
                 self.pipeline
                     .delete_pod(&k.namespace, &k.name, None, self.now);
-                self.pipeline
-                    .delete_claim(&k.namespace, &claim_name(&k.name), self.now);
+                if self.pods.get(&key).is_some_and(|p| p.claim) {
+                    self.pipeline
+                        .delete_claim(&k.namespace, &claim_name(&k.name), self.now);
+                }
                 self.absorb();
                 self.pods.remove(&key);
             }
