@@ -230,6 +230,8 @@ fn the_protobuf_messages_use_upstreams_field_numbers_and_types() -> Result<()> {
 #[derive(Clone, Debug)]
 struct Seen {
     watch: bool,
+    /// A streaming list's watch (`sendInitialEvents=true`).
+    initial_events: bool,
     accept: String,
     status: u16,
     content_type: String,
@@ -251,7 +253,9 @@ fn recording(real: Client, refuse_protobuf: bool) -> (Client, Arc<Mutex<Vec<Seen
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_string();
-            let watch = req.uri().query().unwrap_or_default().contains("watch=true");
+            let query = req.uri().query().unwrap_or_default();
+            let watch = query.contains("watch=true");
+            let initial_events = query.contains("sendInitialEvents=true");
             let response = if refuse_protobuf && accept.contains("protobuf") {
                 http::Response::builder()
                     .status(406)
@@ -272,6 +276,7 @@ fn recording(real: Client, refuse_protobuf: bool) -> (Client, Arc<Mutex<Vec<Seen
             if let Ok(mut log) = log.lock() {
                 log.push(Seen {
                     watch,
+                    initial_events,
                     accept,
                     status: response.status().as_u16(),
                     content_type,
@@ -284,7 +289,7 @@ fn recording(real: Client, refuse_protobuf: bool) -> (Client, Arc<Mutex<Vec<Seen
 }
 
 /// An event as the comparison sees it: its kind and its object.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Seen2<K> {
     Init,
     InitApply(K),
@@ -339,7 +344,37 @@ fn config(
         fields,
         content_type: ct,
         timeout_secs: 290,
+        initial: listwatch::InitialList::Pages,
     }
+}
+
+/// The same, read by a streaming list (`sendInitialEvents`) instead of pages.
+fn streaming(config: listwatch::Config) -> listwatch::Config {
+    listwatch::Config {
+        initial: listwatch::InitialList::Stream,
+        ..config
+    }
+}
+
+/// A listing as `Init`, the objects by name, `InitDone`: a streaming list need not give them
+/// in a list's order.
+fn by_name<K: kube::Resource + std::fmt::Debug>(
+    listed: Vec<Seen2<K>>,
+) -> Result<BTreeMap<String, K>> {
+    let n = listed.len();
+    let mut out = BTreeMap::new();
+    for (i, e) in listed.into_iter().enumerate() {
+        match e {
+            Seen2::Init if i == 0 => {}
+            Seen2::InitDone if i + 1 == n => {}
+            Seen2::InitApply(o) => {
+                let name = o.meta().name.clone().context("a listed object's name")?;
+                ensure!(out.insert(name, o).is_none(), "an object listed twice");
+            }
+            other => bail!("at {i} of {n}: {other:?}"),
+        }
+    }
+    Ok(out)
 }
 
 fn toleration(
@@ -466,12 +501,32 @@ async fn protobuf_and_json_list_watches_observe_the_same_objects() -> Result<()>
     ));
     let mut json_pods = Box::pin(listwatch::list_watch::<SlimPod>(
         admin.clone(),
-        config(&pods_path, None, pod_fields, ContentType::Json),
+        config(&pods_path, None, pod_fields.clone(), ContentType::Json),
     ));
     let mut json_nodes = Box::pin(listwatch::list_watch::<SlimNode>(
         admin.clone(),
-        config("/api/v1/nodes", node_labels, None, ContentType::Json),
+        config(
+            "/api/v1/nodes",
+            node_labels.clone(),
+            None,
+            ContentType::Json,
+        ),
     ));
+
+    // The same, each read by a streaming list: one watch, no list request.
+    let (stream_client, stream_seen) = recording(admin.clone(), false);
+    let mut streams = [ContentType::Protobuf, ContentType::Json].map(|ct| {
+        (
+            Box::pin(listwatch::list_watch::<SlimPod>(
+                stream_client.clone(),
+                streaming(config(&pods_path, None, pod_fields.clone(), ct)),
+            )),
+            Box::pin(listwatch::list_watch::<SlimNode>(
+                stream_client.clone(),
+                streaming(config("/api/v1/nodes", node_labels.clone(), None, ct)),
+            )),
+        )
+    });
 
     let pb_listed = listed(&mut pb_pods).await?;
     let json_listed = listed(&mut json_pods).await?;
@@ -492,6 +547,22 @@ async fn protobuf_and_json_list_watches_observe_the_same_objects() -> Result<()>
         pb_nodes_listed == listed(&mut json_nodes).await?,
         "the nodes listed differ"
     );
+    // A streaming list gives what pages give (the pages' objects checked field by field
+    // below), in either format.
+    let paged_pods = by_name(pb_listed.clone())?;
+    let paged_nodes = by_name(pb_nodes_listed.clone())?;
+    for (i, (pods, nodes)) in streams.iter_mut().enumerate() {
+        let streamed = by_name(listed(pods).await?)?;
+        ensure!(
+            streamed == paged_pods,
+            "stream {i}: the pods streamed differ from those paged:\n{streamed:#?}\n{paged_pods:#?}"
+        );
+        let streamed = by_name(listed(nodes).await?)?;
+        ensure!(
+            streamed == paged_nodes,
+            "stream {i}: the nodes streamed differ from those paged: {streamed:#?}"
+        );
+    }
 
     // What the slim objects hold came through: the cases the formats write differently.
     let by_name = |name: &str| {
@@ -589,6 +660,33 @@ async fn protobuf_and_json_list_watches_observe_the_same_objects() -> Result<()>
         pb_node == next(&mut json_nodes).await?,
         "the node watches differ"
     );
+    // The streaming lists' watches go on from their end, with the same events.
+    for (i, (pods, nodes)) in streams.iter_mut().enumerate() {
+        let events = until_p4_deleted(pods).await?;
+        ensure!(
+            events == pb_events,
+            "stream {i}: the pod watch differs:\n{events:#?}\n{pb_events:#?}"
+        );
+        ensure!(
+            next(nodes).await? == pb_node,
+            "stream {i}: the node watch differs"
+        );
+    }
+    let seen = stream_seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    ensure!(
+        seen.len() == 4
+            && seen
+                .iter()
+                .all(|s| s.watch && s.initial_events && s.status == 200),
+        "one streaming watch for each, no list: {seen:?}"
+    );
+    ensure!(
+        seen.iter()
+            .filter(|s| s.content_type == proto::WATCH_MEDIA_TYPE)
+            .count()
+            == 2,
+        "the protobuf streams in protobuf: {seen:?}"
+    );
 
     // And protobuf is what was spoken.
     let seen = pb_seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
@@ -660,6 +758,65 @@ async fn a_server_that_refuses_protobuf_gets_json() -> Result<()> {
     }
     ensure!(seen.iter().any(|s| s.watch), "no watch was made: {seen:?}");
     ns.cleanup().await?;
+    Ok(())
+}
+
+/// A server with streaming lists off (`WatchList=false`; one that predates them refuses them
+/// the same way, `422`) gets pages: one refused watch, then list pages and a watch from the
+/// list, and no streaming list asked for again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_streaming_lists_gets_pages() -> Result<()> {
+    let plane = Plane::up_with_env(
+        "proto-no-watch-list",
+        &[],
+        &[(
+            "NOEXECUTE_APISERVER_ARGS",
+            "--feature-gates=WatchList=false",
+        )],
+    )?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "no-watch-list").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    for i in 0..3 {
+        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
+            .await?;
+    }
+    let (client, seen) = recording(admin.clone(), false);
+    let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        client,
+        streaming(config(
+            &format!("/api/v1/namespaces/{}/pods", ns.name),
+            None,
+            None,
+            ContentType::Protobuf,
+        )),
+    ));
+    let listed = by_name(listed(&mut pods).await?)?;
+    ensure!(
+        listed.keys().eq(["p0", "p1", "p2"]),
+        "the pods listed: {listed:?}"
+    );
+    ns.create_pod(&pod("late", &node, vec![], Some(0))).await?;
+    match next(&mut pods).await? {
+        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => {}
+        other => bail!("expected the new pod, got {other:?}"),
+    }
+    let seen = seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    let (refused, rest) = seen.split_first().context("no request")?;
+    ensure!(
+        refused.watch && refused.initial_events && refused.status == 422,
+        "first a streaming list, refused: {seen:?}"
+    );
+    // Pages of 2: two list requests, then the watch from the list.
+    ensure!(
+        rest.len() == 3
+            && rest[..2].iter().all(|s| !s.watch && s.status == 200)
+            && rest[2].watch
+            && !rest[2].initial_events,
+        "then pages and a plain watch: {seen:?}"
+    );
+    ns.cleanup().await?;
+    plane.down()?;
     Ok(())
 }
 

@@ -1,5 +1,5 @@
 //! A list-watch that falls out of the API server's history relists, in protobuf and in JSON,
-//! against a real server: a `410 Gone` for the watch, then `Init`, the objects as they are now
+//! read in pages or as a streaming list, against a real server: a `410 Gone` for the watch, then `Init`, the objects as they are now
 //! (what was deleted meanwhile gone, what was created there), `InitDone`, and the watch again.
 //!
 //! A real server serves a watch from an old resource version out of its watch cache, so this
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams, PostParams, VersionMatch};
 use kube::runtime::watcher::Event;
 use noexecute::adapters::slim::SlimPod;
-use noexecute::controller::listwatch::{self, ContentType, Error};
+use noexecute::controller::listwatch::{self, ContentType, Error, InitialList};
 use noexecute_testkit::{Plane, TestNamespace, pod};
 
 const APISERVER_ARGS: &str = "--watch-cache=false --etcd-compaction-interval=1s";
@@ -64,7 +64,11 @@ async fn listed(
 async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()> {
     let plane = plane()?;
     let admin = plane.admin_client().await?;
-    for format in [ContentType::Protobuf, ContentType::Json] {
+    let modes = [ContentType::Protobuf, ContentType::Json]
+        .into_iter()
+        .flat_map(|f| [InitialList::Pages, InitialList::Stream].map(|i| (f, i)));
+    for (format, initial) in modes {
+        let format = (format, initial);
         let ns = TestNamespace::create(&admin, "relist").await?;
         let node = ns.create_node("n", vec![]).await?;
         for name in ["a", "b"] {
@@ -77,8 +81,11 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
                 page_size: 500,
                 labels: None,
                 fields: None,
-                content_type: format,
-                timeout_secs: 290,
+                content_type: format.0,
+                // Short, so that a streaming list's watch (which goes on from the list
+                // unpolled) ends and is started again from where it stood.
+                timeout_secs: 2,
+                initial,
             },
         )
         .boxed();
@@ -87,16 +94,8 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
             first == BTreeSet::from(["a".into(), "b".into()]),
             "{first:?}"
         );
-        // The list's resource version, as the stream will watch from it.
-        let listed_at = ns
-            .pods()
-            .list_metadata(&ListParams::default())
-            .await?
-            .metadata
-            .resource_version
-            .context("the list's resource version")?;
-
-        // While the stream is not polled (its watch not yet started): `a` goes, `c` comes.
+        // While the stream is not polled (its watch not yet started, or a streaming list's
+        // watch running on unread): `a` goes, `c` comes.
         ns.pods()
             .delete(
                 "a",
@@ -107,6 +106,15 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
             )
             .await?;
         ns.create_pod(&pod("c", &node, vec![], None)).await?;
+        // A resource version at least as new as any the stream will watch from.
+        let listed_at = ns
+            .pods()
+            .list_metadata(&ListParams::default())
+            .await?
+            .metadata
+            .resource_version
+            .context("the list's resource version")?;
+
         // Then etcd's history moves past the list: writes, until a list at that exact
         // resource version is refused as too old (bounded).
         let churn: kube::Api<ConfigMap> = kube::Api::namespaced(admin.clone(), &ns.name);
@@ -135,11 +143,27 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
 
-        // The watch starts from the compacted version: 410, then a fresh list.
-        match next(&mut stream).await? {
-            Err(Error::WatchStart(f) | Error::Watch(f)) if f.gone() => {}
-            other => bail!("{format:?}: expected the watch's 410, got {other:?}"),
+        // The watch starts from the compacted version: 410, then a fresh list. (A streaming
+        // list's watch first gives what it saw before it ended: `a` gone, `c` come.)
+        let mut seen = Vec::new();
+        loop {
+            match next(&mut stream).await? {
+                Err(Error::WatchStart(f) | Error::Watch(f)) if f.gone() => break,
+                Ok(Event::Apply(p)) if initial == InitialList::Stream && seen.len() < 4 => {
+                    seen.push(format!("apply {}", p.metadata.name.unwrap_or_default()));
+                }
+                Ok(Event::Delete(p)) if initial == InitialList::Stream && seen.len() < 4 => {
+                    seen.push(format!("delete {}", p.metadata.name.unwrap_or_default()));
+                }
+                other => bail!("{format:?}: expected the watch's 410, got {other:?}"),
+            }
         }
+        ensure!(
+            initial == InitialList::Pages
+                || (seen.contains(&"delete a".to_string())
+                    && seen.last().map(String::as_str) == Some("apply c")),
+            "{format:?}: the streaming list's watch saw {seen:?}"
+        );
         let relisted = listed(&mut stream).await?;
         ensure!(
             relisted == BTreeSet::from(["b".into(), "c".into()]),

@@ -546,8 +546,12 @@ pub enum Frame<K> {
     Added(K),
     Modified(K),
     Deleted(K),
-    /// A bookmark: only its resource version is read.
-    Bookmark(String),
+    /// A bookmark: its resource version, and whether it ends a watch's initial events
+    /// (`sendInitialEvents`, the annotation `k8s.io/initial-events-end: "true"`).
+    Bookmark {
+        resource_version: String,
+        initial_events_end: bool,
+    },
     /// An ERROR event: the `Status` it carries.
     Error(StatusReport),
 }
@@ -608,6 +612,9 @@ pub fn object<K: Decode>(body: Bytes) -> Result<K, DecodeError> {
     K::from_proto(unwrap_kind("object", kind, body)?)
 }
 
+/// The annotation of the bookmark that ends a watch's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
 /// One watch frame's message (the 4-byte length already taken off).
 pub fn frame<K: Decode>(frame: Bytes) -> Result<Frame<K>, DecodeError> {
     let event: WatchEvent = message("WatchEvent", frame)?;
@@ -623,12 +630,20 @@ pub fn frame<K: Decode>(frame: Bytes) -> Result<Frame<K>, DecodeError> {
         "MODIFIED" => Frame::Modified(K::from_proto(object)?),
         "DELETED" => Frame::Deleted(K::from_proto(object)?),
         "BOOKMARK" => {
-            let node: WireNode = message("bookmark", object)?;
-            Frame::Bookmark(
-                node.metadata
-                    .and_then(|m| m.resource_version)
-                    .unwrap_or_default(),
-            )
+            let meta = message::<WireNode>("bookmark", object)?
+                .metadata
+                .unwrap_or_default();
+            let mut initial_events_end = false;
+            for entry in meta.annotations {
+                let entry: StringEntry = message("annotation", entry)?;
+                if entry.key.as_deref() == Some(INITIAL_EVENTS_END.as_bytes()) {
+                    initial_events_end = entry.value.as_deref() == Some(b"true");
+                }
+            }
+            Frame::Bookmark {
+                resource_version: meta.resource_version.unwrap_or_default(),
+                initial_events_end,
+            }
         }
         "ERROR" => Frame::Error(message::<Status>("Status", object)?.into()),
         other => {
@@ -1197,7 +1212,24 @@ mod tests {
         let bookmark = enveloped("Pod", bookmark.encode_to_vec());
         assert!(matches!(
             frame::<SlimPod>(frame_of("BOOKMARK", bookmark))?,
-            Frame::Bookmark(rv) if rv == "99"
+            Frame::Bookmark { resource_version, initial_events_end: false } if resource_version == "99"
+        ));
+        // The bookmark that ends the initial events of a streaming list says so.
+        let end = WirePod {
+            metadata: Some(WireObjectMeta {
+                resource_version: Some("100".into()),
+                annotations: vec![
+                    entry("k8s.io/initial-events-list-blueprint", "x"),
+                    entry(INITIAL_EVENTS_END, "true"),
+                ],
+                ..WireObjectMeta::default()
+            }),
+            ..WirePod::default()
+        };
+        let end = enveloped("Pod", end.encode_to_vec());
+        assert!(matches!(
+            frame::<SlimPod>(frame_of("BOOKMARK", end))?,
+            Frame::Bookmark { resource_version, initial_events_end: true } if resource_version == "100"
         ));
         let gone = Status {
             status: Some("Failure".into()),

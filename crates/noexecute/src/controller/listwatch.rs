@@ -2,10 +2,16 @@
 //! it) or JSON, into the same [`watcher::Event`]s kube's watcher gives.
 //!
 //! The steps are kube's watcher's, for one format or the other:
-//! - `Init`, then each listed object as `InitApply`, page by page (`limit` and `continue`; kube
-//!   sends no `resourceVersion=0` with a `limit`, so each list is a consistent read, as it was
-//!   with kube's watcher), then `InitDone`;
-//! - a watch from the list's resource version, with bookmarks; each event moves the resource
+//! - `Init`, then each object as `InitApply`, then `InitDone`. By default the objects come
+//!   as a streaming list (`sendInitialEvents`, KEP-3157, as client-go's `WatchListClient`
+//!   reads them since 1.35): one watch from a consistent read, served from the API server's
+//!   watch cache, whose initial `ADDED` events end with a bookmark annotated
+//!   `k8s.io/initial-events-end`; the same watch then goes on. A server that refuses it
+//!   (`400` or `422`: older, or its `WatchList` gate off) gets pages instead, as does
+//!   `InitialList::Pages`: page by page (`limit` and `continue`; kube sends no
+//!   `resourceVersion=0` with a `limit`, so each page is a consistent read), then a watch
+//!   from the list's resource version;
+//! - the watch has bookmarks; each event moves the resource
 //!   version on, and a watch that ends (the server's timeout, or no word for 5 s past it) is
 //!   started again from there;
 //! - a `410 Gone`, as an ERROR event or as the watch's answer, starts over with a new list;
@@ -47,6 +53,18 @@ pub struct Config {
     pub content_type: ContentType,
     /// The watch's `timeoutSeconds` (kube's and client-go's default: 290 s).
     pub timeout_secs: u32,
+    pub initial: InitialList,
+}
+
+/// How the initial state is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitialList {
+    /// A streaming list: one watch that starts with every object (`sendInitialEvents`),
+    /// served from the watch cache; pages where the server refuses it.
+    #[default]
+    Stream,
+    /// Pages of a list (`limit`, `continue`), then a watch.
+    Pages,
 }
 
 /// Why a step failed. The stream goes on after each (the caller backs off).
@@ -60,10 +78,18 @@ pub enum Error {
     Watch(#[source] Failure),
     #[error("the list gave no resource version to watch from")]
     NoResourceVersion,
+    #[error("the streaming list {0} before its initial events ended")]
+    StreamCut(&'static str),
 }
 
 enum State<K> {
     Empty,
+    /// A streaming list is to be asked for.
+    StartStream,
+    /// Reading a streaming list's initial events.
+    Streaming {
+        frames: Frames,
+    },
     Listing {
         continue_token: Option<String>,
         objects: VecDeque<K>,
@@ -86,6 +112,7 @@ pub fn list_watch<K: Object>(
     let lw = ListWatch {
         client,
         content_type: config.content_type,
+        streaming: config.initial == InitialList::Stream,
         config,
     };
     futures::stream::unfold((lw, State::Empty), |(mut lw, state)| async move {
@@ -99,6 +126,22 @@ struct ListWatch {
     config: Config,
     /// The format asked for now: protobuf until the server refuses it.
     content_type: ContentType,
+    /// Streaming lists are asked for: until the server refuses one.
+    streaming: bool,
+}
+
+/// A watch with initial events refused as such (an older server, or its `WatchList` gate
+/// off, refuses `sendInitialEvents` or `resourceVersionMatch` on a watch as invalid).
+fn refuses_streaming(failure: &Failure) -> bool {
+    matches!(failure.status(), Some((400 | 422, _)))
+}
+
+fn first_page<K>() -> State<K> {
+    State::Listing {
+        continue_token: None,
+        objects: VecDeque::new(),
+        resource_version: None,
+    }
 }
 
 impl ListWatch {
@@ -124,15 +167,55 @@ impl ListWatch {
                 // A fresh list asks for the configured format again (after a 406 from a proxy
                 // that has since been fixed, say).
                 self.content_type = self.config.content_type;
-                (
-                    Some(Ok(Event::Init)),
-                    State::Listing {
-                        continue_token: None,
-                        objects: VecDeque::new(),
-                        resource_version: None,
-                    },
-                )
+                let next = if self.streaming {
+                    State::StartStream
+                } else {
+                    first_page()
+                };
+                (Some(Ok(Event::Init)), next)
             }
+            State::StartStream => match self.watch(None).await {
+                Ok(frames) => (None, State::Streaming { frames }),
+                Err(e) if refuses_streaming(&e) => {
+                    tracing::warn!(path = %self.config.path, error = %e, "the API server refused a streaming list; listing in pages from now on");
+                    self.streaming = false;
+                    (None, first_page())
+                }
+                Err(e) => (Some(Err(Error::WatchStart(e))), State::Empty),
+            },
+            State::Streaming { mut frames } => match self.next_frame(&mut frames).await {
+                None => (Some(Err(Error::StreamCut("ended"))), State::Empty),
+                Some(Err(e)) => (Some(Err(Error::Watch(e))), State::Empty),
+                Some(Ok(frame)) => match frame {
+                    Frame::Added(o) | Frame::Modified(o) => {
+                        (Some(Ok(Event::InitApply(o))), State::Streaming { frames })
+                    }
+                    // The initial events are all ADDED; anything else is not a state to
+                    // build on.
+                    Frame::Deleted(_) => (
+                        Some(Err(Error::StreamCut("deleted an object"))),
+                        State::Empty,
+                    ),
+                    Frame::Bookmark {
+                        resource_version,
+                        initial_events_end: true,
+                    } if !resource_version.is_empty() => (
+                        Some(Ok(Event::InitDone)),
+                        State::Watching {
+                            resource_version,
+                            frames,
+                        },
+                    ),
+                    Frame::Bookmark {
+                        initial_events_end: true,
+                        ..
+                    } => (Some(Err(Error::NoResourceVersion)), State::Empty),
+                    Frame::Bookmark { .. } => (None, State::Streaming { frames }),
+                    Frame::Error(status) => {
+                        (Some(Err(Error::Watch(Failure::from(status)))), State::Empty)
+                    }
+                },
+            },
             State::Listing {
                 continue_token,
                 mut objects,
@@ -174,7 +257,7 @@ impl ListWatch {
                     Err(e) => (Some(Err(Error::List(e))), State::Empty),
                 }
             }
-            State::Listed { resource_version } => match self.watch(&resource_version).await {
+            State::Listed { resource_version } => match self.watch(Some(&resource_version)).await {
                 Ok(frames) => (
                     None,
                     State::Watching {
@@ -191,45 +274,54 @@ impl ListWatch {
             State::Watching {
                 resource_version,
                 mut frames,
-            } => {
-                let idle = Duration::from_secs(u64::from(self.config.timeout_secs) + 5);
-                let next = match tokio::time::timeout(idle, frames.next::<K>()).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        tracing::debug!(path = %self.config.path, "watch idle past its timeout; starting it again");
-                        None
-                    }
-                };
-                match next {
-                    None => (None, State::Listed { resource_version }),
-                    Some(Err(e)) => (
-                        Some(Err(Error::Watch(e))),
-                        State::Listed { resource_version },
+            } => match self.next_frame(&mut frames).await {
+                None => (None, State::Listed { resource_version }),
+                Some(Err(e)) => (
+                    Some(Err(Error::Watch(e))),
+                    State::Listed { resource_version },
+                ),
+                Some(Ok(frame)) => match frame {
+                    Frame::Added(o) | Frame::Modified(o) => self.moved(o, Event::Apply, frames),
+                    Frame::Deleted(o) => self.moved(o, Event::Delete, frames),
+                    Frame::Bookmark {
+                        resource_version: rv,
+                        ..
+                    } => (
+                        None,
+                        State::Watching {
+                            resource_version: if rv.is_empty() { resource_version } else { rv },
+                            frames,
+                        },
                     ),
-                    Some(Ok(frame)) => match frame {
-                        Frame::Added(o) | Frame::Modified(o) => self.moved(o, Event::Apply, frames),
-                        Frame::Deleted(o) => self.moved(o, Event::Delete, frames),
-                        Frame::Bookmark(rv) => (
-                            None,
+                    Frame::Error(status) => {
+                        let failure = Failure::from(status);
+                        let next = if failure.gone() {
+                            State::Empty
+                        } else {
                             State::Watching {
-                                resource_version: if rv.is_empty() { resource_version } else { rv },
+                                resource_version,
                                 frames,
-                            },
-                        ),
-                        Frame::Error(status) => {
-                            let failure = Failure::from(status);
-                            let next = if failure.gone() {
-                                State::Empty
-                            } else {
-                                State::Watching {
-                                    resource_version,
-                                    frames,
-                                }
-                            };
-                            (Some(Err(Error::Watch(failure))), next)
-                        }
-                    },
-                }
+                            }
+                        };
+                        (Some(Err(Error::Watch(failure))), next)
+                    }
+                },
+            },
+        }
+    }
+
+    /// The watch's next frame; `None` when it ends, or says nothing for 5 s past its
+    /// timeout.
+    async fn next_frame<K: Object>(
+        &self,
+        frames: &mut Frames,
+    ) -> Option<Result<Frame<K>, Failure>> {
+        let idle = Duration::from_secs(u64::from(self.config.timeout_secs) + 5);
+        match tokio::time::timeout(idle, frames.next::<K>()).await {
+            Ok(next) => next,
+            Err(_) => {
+                tracing::debug!(path = %self.config.path, "watch idle past its timeout; starting it again");
+                None
             }
         }
     }
@@ -265,13 +357,14 @@ impl ListWatch {
         }
     }
 
-    fn watch_params(&self) -> WatchParams {
+    /// A watch's parameters; with initial events, from a consistent read.
+    fn watch_params(&self, initial_events: bool) -> WatchParams {
         WatchParams {
             label_selector: self.config.labels.clone(),
             field_selector: self.config.fields.clone(),
             timeout: Some(self.config.timeout_secs),
             bookmarks: true,
-            send_initial_events: false,
+            send_initial_events: initial_events,
         }
     }
 
@@ -328,14 +421,14 @@ impl ListWatch {
         }
     }
 
-    async fn watch(&mut self, resource_version: &str) -> Result<Frames, Failure> {
-        let wp = self.watch_params();
+    /// A watch from `resource_version`; from none, a streaming list (its initial events
+    /// first, from a consistent read).
+    async fn watch(&mut self, resource_version: Option<&str>) -> Result<Frames, Failure> {
+        let wp = self.watch_params(resource_version.is_none());
         let path = self.config.path.clone();
+        let rv = resource_version.unwrap_or_default();
         let (wire, response) = self
-            .send(
-                || kube::core::Request::new(&path).watch(&wp, resource_version),
-                true,
-            )
+            .send(|| kube::core::Request::new(&path).watch(&wp, rv), true)
             .await?;
         Ok(Frames {
             wire,
@@ -433,7 +526,14 @@ impl Frames {
                 WatchEvent::Added(o) => Frame::Added(o),
                 WatchEvent::Modified(o) => Frame::Modified(o),
                 WatchEvent::Deleted(o) => Frame::Deleted(o),
-                WatchEvent::Bookmark(b) => Frame::Bookmark(b.metadata.resource_version),
+                WatchEvent::Bookmark(b) => Frame::Bookmark {
+                    initial_events_end: b
+                        .metadata
+                        .annotations
+                        .get(proto::INITIAL_EVENTS_END)
+                        .is_some_and(|v| v == "true"),
+                    resource_version: b.metadata.resource_version,
+                },
                 WatchEvent::Error(s) => Frame::Error(StatusReport {
                     code: s.code,
                     reason: s.reason,

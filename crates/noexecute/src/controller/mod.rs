@@ -94,7 +94,13 @@ pub struct RunArgs {
     /// controller). Pods on other nodes are never evicted by this instance.
     #[arg(long, env = "NOEXECUTE_NODE_SELECTOR")]
     pub node_selector: Option<String>,
-    /// Page size of the initial lists.
+    /// How the initial state of each watch is read: `stream` (a streaming list: one watch
+    /// whose first events are every object, served from the API server's watch cache, as
+    /// kube-controller-manager reads since 1.35; a server that refuses it gets pages) or
+    /// `pages` (a list in pages of --page-size, then a watch).
+    #[arg(long, env = "NOEXECUTE_INITIAL_LIST", value_enum, default_value_t = listwatch::InitialList::Stream)]
+    pub initial_list: listwatch::InitialList,
+    /// Page size of the initial lists when they are read in pages.
     #[arg(long, env = "NOEXECUTE_PAGE_SIZE", default_value_t = 500)]
     pub page_size: u32,
     /// The format spoken with the API server: `protobuf` (its own, as kube-controller-manager
@@ -510,8 +516,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let client_for_rules = client.clone();
     let watches = watch::spawn(
         client,
-        args.page_size,
-        args.api_content_type,
+        watch::Reads {
+            initial: args.initial_list,
+            page_size: args.page_size,
+            content_type: args.api_content_type,
+        },
         server_selector,
         device_taints,
         metrics.clone(),

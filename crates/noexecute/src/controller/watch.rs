@@ -3,9 +3,9 @@
 //! the controller loop.
 //!
 //! All three are listed and watched by `listwatch`, in protobuf unless told otherwise (the
-//! Events are few, selected by the server, and decoded whole). Each lists page by page,
-//! resume from the last resource version, and relist after `410 Gone` (emitting `Init`,
-//! `InitApply`…, `InitDone` again). Errors are
+//! Events are few, selected by the server, and decoded whole). Each reads its initial state
+//! as a streaming list (or page by page), resumes from the last resource version, and reads
+//! it again after `410 Gone` (emitting `Init`, `InitApply`…, `InitDone` again). Errors are
 //! counted as watch restarts, passed on as [`Watch::Failed`] (the core then knows the cache
 //! may be stale), and retried with backoff (`backoff`); the stream never ends on its own.
 
@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::listwatch::{self, ContentType};
+use super::listwatch::{self, ContentType, InitialList};
 use super::metrics::Metrics;
 use crate::adapters::device::{DeviceTaintRule, ResourceClaim, ResourceSlice};
 use crate::adapters::slim::{SlimNode, SlimPod};
@@ -62,6 +62,15 @@ pub struct DeviceWatches {
     /// `None` where the API server does not serve DeviceTaintRules (`v1beta2`): upstream's
     /// controller then ignores rules as well.
     pub rules: Option<mpsc::Receiver<RuleEvent>>,
+}
+
+/// How every watch reads: its initial list, and the format.
+#[derive(Clone, Copy, Debug)]
+pub struct Reads {
+    pub initial: InitialList,
+    /// The page size of a list read in pages.
+    pub page_size: u32,
+    pub content_type: ContentType,
 }
 
 /// What `--device-taints` watches.
@@ -124,13 +133,13 @@ pub fn backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
     ResetTimerBackoff::new(schedule.into(), Duration::from_secs(30))
 }
 
-/// Start the watches. `page_size` bounds each list page (and the client memory it costs);
-/// `content_type` is the format they are asked for. The Events are selected by the
-/// API server (`reason=TAINT_EVENT_REASON`): only those of taint eviction controllers are sent.
+/// Start the watches. `reads` says how each reads its initial state (a streaming list, or
+/// pages whose size bounds the client memory each costs) and in what format. The Events are
+/// selected by the API server (`reason=TAINT_EVENT_REASON`): only those of taint eviction
+/// controllers are sent.
 pub fn spawn(
     client: Client,
-    page_size: u32,
-    content_type: ContentType,
+    reads: Reads,
     node_selector: Option<&str>,
     device_taints: Option<DeviceTaints>,
     metrics: Metrics,
@@ -141,11 +150,12 @@ pub fn spawn(
     let (event_tx, events_rx) = mpsc::channel(256);
     let config = |path: &str, labels: Option<&str>, fields: Option<&str>| listwatch::Config {
         path: path.to_string(),
-        page_size,
+        page_size: reads.page_size,
         labels: labels.map(str::to_string),
         fields: fields.map(str::to_string),
-        content_type,
+        content_type: reads.content_type,
         timeout_secs: 290,
+        initial: reads.initial,
     };
     let nodes = listwatch::list_watch::<SlimNode>(
         client.clone(),

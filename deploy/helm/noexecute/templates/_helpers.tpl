@@ -123,6 +123,9 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if ne (int $c.workerThreads) 1 }}
 - --worker-threads={{ $c.workerThreads }}
 {{- end }}
+{{- if ne (toString $c.initialList) "stream" }}
+- --initial-list={{ $c.initialList }}
+{{- end }}
 {{- if ne (int $c.pageSize) 500 }}
 - --page-size={{ $c.pageSize }}
 {{- end }}
