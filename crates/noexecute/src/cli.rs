@@ -78,7 +78,11 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         {
             return 2;
         }
-        if cause.downcast_ref::<kube::Error>().is_some() {
+        if cause.downcast_ref::<kube::Error>().is_some()
+            || cause
+                .downcast_ref::<crate::controller::format::Failure>()
+                .is_some()
+        {
             return 4;
         }
     }
@@ -681,6 +685,14 @@ mod tests {
         assert_eq!(super::exit_code(&missing.context("explaining")), 3);
         let api: anyhow::Error = kube::Error::LinesCodecMaxLineLengthExceeded.into();
         assert_eq!(super::exit_code(&api.context("listing pods")), 4);
+        let listed: anyhow::Error =
+            crate::controller::listwatch::Error::List(crate::controller::format::Failure::Status {
+                code: 403,
+                reason: "Forbidden".into(),
+                message: "pods is forbidden".into(),
+            })
+            .into();
+        assert_eq!(super::exit_code(&listed.context("listing pods")), 4);
         assert_eq!(super::exit_code(&anyhow::anyhow!("reading a file")), 1);
     }
 }

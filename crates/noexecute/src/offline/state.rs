@@ -88,8 +88,9 @@ impl ClusterState {
         !(self.slices.is_empty() && self.claims.is_empty() && self.rules.is_empty())
     }
 
-    /// Read the cluster live. Only `list` calls, paginated. ResourceSlices, ResourceClaims and
-    /// DeviceTaintRules are read where the API server serves them.
+    /// Read the cluster live. Only `list` calls, paginated; nodes and pods in protobuf (JSON
+    /// where refused). ResourceSlices, ResourceClaims and DeviceTaintRules are read where the
+    /// API server serves them, in JSON.
     pub async fn from_cluster(
         client: Client,
         pod_labels: &PodLabels,
@@ -97,32 +98,18 @@ impl ClusterState {
         let dra = crate::adapters::client::dra_served(&client)
             .await
             .context("reading which resource.k8s.io resources are served")?;
-        let nodes: Api<SlimNode> = Api::all_with(client.clone(), &slim::node_resource());
-        let pods: Api<SlimPod> = Api::all_with(client.clone(), &slim::pod_resource());
         let mut state = ClusterState {
             source: "the live cluster".into(),
             ..ClusterState::default()
         };
-        let mut lp = ListParams::default().limit(500);
-        loop {
-            let page = nodes.list(&lp).await.context("listing nodes")?;
-            state.nodes.extend(page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => lp = lp.continue_token(&token),
-                None => break,
-            }
-        }
-        let mut lp = ListParams::default().limit(500).fields("spec.nodeName!=");
-        loop {
-            let page = pods.list(&lp).await.context("listing pods")?;
-            state.pods.extend(page.items.into_iter().map(|mut p| {
-                pod_labels.trim(&mut p.metadata);
-                p
-            }));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => lp = lp.continue_token(&token),
-                None => break,
-            }
+        state.nodes = list_slim(&client, "/api/v1/nodes", None)
+            .await
+            .context("listing nodes")?;
+        state.pods = list_slim(&client, "/api/v1/pods", Some("spec.nodeName!="))
+            .await
+            .context("listing pods")?;
+        for p in &mut state.pods {
+            pod_labels.trim(&mut p.metadata);
         }
         // Device objects may be unreadable to someone allowed nodes and pods: then device
         // taints are left out, and said so.
@@ -157,6 +144,41 @@ impl ClusterState {
         }
         Ok(state)
     }
+}
+
+/// Every node or bound pod, as the controller reads them (`listwatch`: in protobuf, JSON where
+/// refused), in pages: `list` calls only, so a user allowed to list but not to watch may plan.
+async fn list_slim<K: crate::controller::listwatch::Object>(
+    client: &Client,
+    path: &str,
+    fields: Option<&str>,
+) -> Result<Vec<K>, crate::controller::listwatch::Error> {
+    use crate::controller::listwatch::{self, ContentType, InitialList};
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    let mut stream = std::pin::pin!(listwatch::list_watch::<K>(
+        client.clone(),
+        listwatch::Config {
+            path: path.into(),
+            page_size: 500,
+            labels: None,
+            fields: fields.map(str::to_string),
+            content_type: ContentType::Protobuf,
+            timeout_secs: 290,
+            initial: InitialList::Pages,
+        },
+    ));
+    let mut out = Vec::new();
+    // The stream never ends; it is dropped (before its watch starts) once listed.
+    while let Some(event) = stream.next().await {
+        match event? {
+            Event::Init => out.clear(),
+            Event::InitApply(o) => out.push(o),
+            Event::InitDone => break,
+            Event::Apply(_) | Event::Delete(_) => {}
+        }
+    }
+    Ok(out)
 }
 
 /// Every object of a `resource.k8s.io` resource, paginated.
