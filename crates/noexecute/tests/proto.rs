@@ -820,6 +820,89 @@ async fn a_server_that_refuses_streaming_lists_gets_pages() -> Result<()> {
     Ok(())
 }
 
+/// A streaming list that ends before its initial events do (the watch's timeout, or a proxy
+/// that cuts long responses) is not asked for again: pages from then on. The real server's
+/// first streaming answer is cut short by a stand-in (a real server ends a watch early only
+/// at its timeout, which a few objects never reach).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()> {
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-cut").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    for i in 0..3 {
+        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
+            .await?;
+    }
+    let cut = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let real = admin.clone();
+    let counter = cut.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let (real, counter) = (real.clone(), counter.clone());
+        async move {
+            let streaming = req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("sendInitialEvents=true");
+            let response = real.send(req).await?;
+            if !streaming {
+                return Ok::<_, kube::Error>(response);
+            }
+            // Half of what the server first sends: whole events perhaps, never the end.
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (parts, mut body) = response.into_parts();
+            let first = http_body_util::BodyExt::frame(&mut body)
+                .await
+                .and_then(|f| f.ok())
+                .and_then(|f| f.into_data().ok())
+                .unwrap_or_default();
+            let half = first.slice(..first.len() / 2).to_vec();
+            Ok(http::Response::from_parts(parts, Body::from(half)))
+        }
+    });
+    let client = Client::new(service, "default");
+    let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        client,
+        streaming(config(
+            &format!("/api/v1/namespaces/{}/pods", ns.name),
+            None,
+            None,
+            ContentType::Protobuf,
+        )),
+    ));
+    // The cut stream: Init, perhaps some pods, then the failure.
+    let mut events = Vec::new();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), pods.next())
+            .await
+            .context("no event within 30 s")?
+            .context("the list-watch ended")?;
+        match event {
+            Ok(Event::Init | Event::InitApply(_)) if events.len() < 5 => events.push(event),
+            Err(listwatch::Error::StreamCut(_)) => break,
+            other => bail!("expected the streaming list to be cut, got {other:?} after {events:?}"),
+        }
+    }
+    // Then pages, and the watch from them.
+    let listed = by_name(listed(&mut pods).await?)?;
+    ensure!(
+        listed.keys().eq(["p0", "p1", "p2"]),
+        "the pods listed: {listed:?}"
+    );
+    ns.create_pod(&pod("late", &node, vec![], Some(0))).await?;
+    match next(&mut pods).await? {
+        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => {}
+        other => bail!("expected the new pod, got {other:?}"),
+    }
+    ensure!(
+        cut.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        "a streaming list was asked for again after one was cut"
+    );
+    ns.cleanup().await?;
+    Ok(())
+}
+
 /// The decoder on the server's own bytes: one pod, fetched in protobuf and in JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_fetched_in_protobuf_decodes_as_its_json() -> Result<()> {

@@ -7,8 +7,9 @@
 //!   reads them since 1.35): one watch from a consistent read, served from the API server's
 //!   watch cache, whose initial `ADDED` events end with a bookmark annotated
 //!   `k8s.io/initial-events-end`; the same watch then goes on. A server that refuses it
-//!   (`400` or `422`: older, or its `WatchList` gate off) gets pages instead, as does
-//!   `InitialList::Pages`: page by page (`limit` and `continue`; kube sends no
+//!   (`400` or `422`: older, or its `WatchList` gate off), or a streaming list that ends
+//!   before its initial events do (a list too long for the watch's timeout, or a proxy's),
+//!   gets pages from then on, as does `InitialList::Pages`: page by page (`limit` and `continue`; kube sends no
 //!   `resourceVersion=0` with a `limit`, so each page is a consistent read), then a watch
 //!   from the list's resource version;
 //! - the watch has bookmarks; each event moves the resource
@@ -184,7 +185,14 @@ impl ListWatch {
                 Err(e) => (Some(Err(Error::WatchStart(e))), State::Empty),
             },
             State::Streaming { mut frames } => match self.next_frame(&mut frames).await {
-                None => (Some(Err(Error::StreamCut("ended"))), State::Empty),
+                // Its response ended (or broke off) before the end: the watch's timeout, or
+                // a proxy's, came first (the list may be too long to stream in one), so
+                // pages from now on.
+                None | Some(Err(Failure::Body(_))) => {
+                    tracing::warn!(path = %self.config.path, "a streaming list ended before its initial events did; listing in pages from now on");
+                    self.streaming = false;
+                    (Some(Err(Error::StreamCut("ended"))), State::Empty)
+                }
                 Some(Err(e)) => (Some(Err(Error::Watch(e))), State::Empty),
                 Some(Ok(frame)) => match frame {
                     Frame::Added(o) | Frame::Modified(o) => {
