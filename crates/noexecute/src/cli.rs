@@ -82,6 +82,9 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
             || cause
                 .downcast_ref::<crate::controller::format::Failure>()
                 .is_some()
+            || cause
+                .downcast_ref::<crate::controller::listwatch::Error>()
+                .is_some()
         {
             return 4;
         }
@@ -693,6 +696,9 @@ mod tests {
             })
             .into();
         assert_eq!(super::exit_code(&listed.context("listing pods")), 4);
+        let no_version: anyhow::Error =
+            crate::controller::listwatch::Error::NoResourceVersion.into();
+        assert_eq!(super::exit_code(&no_version.context("listing pods")), 4);
         assert_eq!(super::exit_code(&anyhow::anyhow!("reading a file")), 1);
     }
 }

@@ -880,7 +880,8 @@ async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()>
             .context("the list-watch ended")?;
         match event {
             Ok(Event::Init | Event::InitApply(_)) if events.len() < 5 => events.push(event),
-            Err(listwatch::Error::StreamCut(_)) => break,
+            // Cut after whole events: it ended; cut inside the first: it ended at once.
+            Err(listwatch::Error::StreamCut(_) | listwatch::Error::Watch(_)) => break,
             other => bail!("expected the streaming list to be cut, got {other:?} after {events:?}"),
         }
     }
@@ -898,6 +899,70 @@ async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()>
     ensure!(
         cut.load(std::sync::atomic::Ordering::SeqCst) == 1,
         "a streaming list was asked for again after one was cut"
+    );
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// An event that does not decode is reported and skipped: the watch goes on to the next
+/// one, rather than starting again from before it (and reading it again, forever). The list
+/// is the real server's; the watch's answer is a stand-in's (a real server sends only what
+/// decodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_that_does_not_decode_is_skipped() -> Result<()> {
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-poison").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    ns.create_pod(&pod("p0", &node, vec![], Some(0))).await?;
+    let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (real, counter, ns_name) = (admin.clone(), watches.clone(), ns.name.clone());
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let (real, counter, ns_name) = (real.clone(), counter.clone(), ns_name.clone());
+        async move {
+            if !req.uri().query().unwrap_or_default().contains("watch=true") {
+                return real.send(req).await;
+            }
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = format!(
+                "{}\n{}\n",
+                r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":5}}"#,
+                serde_json::json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
+                    "metadata": {"name": "after", "namespace": ns_name, "resourceVersion": "999999"},
+                    "spec": {"nodeName": "n"}}})
+            );
+            http::Response::builder()
+                .status(200)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.into_bytes()))
+                .map_err(|e| kube::Error::Service(e.into()))
+        }
+    });
+    let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        Client::new(service, "default"),
+        config(
+            &format!("/api/v1/namespaces/{}/pods", ns.name),
+            None,
+            None,
+            ContentType::Json,
+        ),
+    ));
+    ensure!(listed(&mut pods).await?.len() == 3, "Init, p0, InitDone");
+    let poison = tokio::time::timeout(Duration::from_secs(30), pods.next())
+        .await
+        .context("no event within 30 s")?
+        .context("the list-watch ended")?;
+    ensure!(
+        matches!(poison, Err(listwatch::Error::Watch(_))),
+        "the event that does not decode is reported: {poison:?}"
+    );
+    match next(&mut pods).await? {
+        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("after") => {}
+        other => bail!("expected the event after it, got {other:?}"),
+    }
+    ensure!(
+        watches.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        "the watch was started again"
     );
     ns.cleanup().await?;
     Ok(())

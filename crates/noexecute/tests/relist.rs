@@ -10,6 +10,8 @@
 //! a `410` is accepted too.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -29,6 +31,28 @@ fn plane() -> Result<Plane> {
         &[],
         &[("NOEXECUTE_APISERVER_ARGS", APISERVER_ARGS)],
     )
+}
+
+/// A client through `real` that counts the streaming lists asked for
+/// (`sendInitialEvents=true`).
+fn counting_streams(real: kube::Client) -> (kube::Client, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (real, counter) = (real.clone(), counter.clone());
+        async move {
+            if req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("sendInitialEvents=true")
+            {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+            real.send(req).await
+        }
+    });
+    (kube::Client::new(service, "default"), count)
 }
 
 async fn next(
@@ -74,8 +98,9 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
         for name in ["a", "b"] {
             ns.create_pod(&pod(name, &node, vec![], None)).await?;
         }
+        let (client, streamed) = counting_streams(admin.clone());
         let mut stream = listwatch::list_watch::<SlimPod>(
-            admin.clone(),
+            client,
             listwatch::Config {
                 path: format!("/api/v1/namespaces/{}/pods", ns.name),
                 page_size: 500,
@@ -158,8 +183,11 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
                 other => bail!("{format:?}: expected the watch's 410, got {other:?}"),
             }
         }
+        // (Or nothing, if its watch timed out before `a` went: then it started again from
+        // before, and met the 410 at once.)
         ensure!(
             initial == InitialList::Pages
+                || seen.is_empty()
                 || (seen.contains(&"delete a".to_string())
                     && seen.last().map(String::as_str) == Some("apply c")),
             "{format:?}: the streaming list's watch saw {seen:?}"
@@ -175,6 +203,12 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
             Ok(Event::Apply(p)) if p.metadata.name.as_deref() == Some("d") => {}
             other => bail!("{format:?}: expected d's creation, got {other:?}"),
         }
+        // Both listings were streamed (the relist too), or neither was.
+        let streams = streamed.load(Ordering::SeqCst);
+        ensure!(
+            streams == if initial == InitialList::Stream { 2 } else { 0 },
+            "{format:?}: {streams} streaming lists asked for"
+        );
         ns.cleanup().await?;
     }
     plane.down()?;

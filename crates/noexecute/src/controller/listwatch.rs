@@ -9,7 +9,9 @@
 //!   `k8s.io/initial-events-end`; the same watch then goes on. A server that refuses it
 //!   (`400` or `422`: older, or its `WatchList` gate off), or a streaming list that ends
 //!   before its initial events do (a list too long for the watch's timeout, or a proxy's),
-//!   gets pages from then on, as does `InitialList::Pages`: page by page (`limit` and `continue`; kube sends no
+//!   gets pages from then on, as does `InitialList::Pages`; any other failure of a streaming
+//!   list (an ERROR event, a cut connection) is reported and that listing starts over in
+//!   pages, the next one streaming again (client-go falls back to a list the same way): page by page (`limit` and `continue`; kube sends no
 //!   `resourceVersion=0` with a `limit`, so each page is a consistent read), then a watch
 //!   from the list's resource version;
 //! - the watch has bookmarks; each event moves the resource
@@ -114,6 +116,7 @@ pub fn list_watch<K: Object>(
         client,
         content_type: config.content_type,
         streaming: config.initial == InitialList::Stream,
+        pages_next: false,
         config,
     };
     futures::stream::unfold((lw, State::Empty), |(mut lw, state)| async move {
@@ -127,8 +130,12 @@ struct ListWatch {
     config: Config,
     /// The format asked for now: protobuf until the server refuses it.
     content_type: ContentType,
-    /// Streaming lists are asked for: until the server refuses one.
+    /// Streaming lists are asked for: until the server refuses one, or one ends before its
+    /// initial events do.
     streaming: bool,
+    /// The next listing is in pages: a streaming list failed (as client-go falls back to a
+    /// list for that attempt; the one after streams again).
+    pages_next: bool,
 }
 
 /// A watch with initial events refused as such (an older server, or its `WatchList` gate
@@ -168,7 +175,7 @@ impl ListWatch {
                 // A fresh list asks for the configured format again (after a 406 from a proxy
                 // that has since been fixed, say).
                 self.content_type = self.config.content_type;
-                let next = if self.streaming {
+                let next = if self.streaming && !std::mem::take(&mut self.pages_next) {
                     State::StartStream
                 } else {
                     first_page()
@@ -182,28 +189,27 @@ impl ListWatch {
                     self.streaming = false;
                     (None, first_page())
                 }
-                Err(e) => (Some(Err(Error::WatchStart(e))), State::Empty),
+                Err(e) => self.stream_failed(Error::WatchStart(e)),
             },
             State::Streaming { mut frames } => match self.next_frame(&mut frames).await {
-                // Its response ended (or broke off) before the end: the watch's timeout, or
+                // Its response ended before the end, and not at once: the watch's timeout, or
                 // a proxy's, came first (the list may be too long to stream in one), so
                 // pages from now on.
-                None | Some(Err(Failure::Body(_))) => {
+                None => {
                     tracing::warn!(path = %self.config.path, "a streaming list ended before its initial events did; listing in pages from now on");
                     self.streaming = false;
                     (Some(Err(Error::StreamCut("ended"))), State::Empty)
                 }
-                Some(Err(e)) => (Some(Err(Error::Watch(e))), State::Empty),
+                // Anything else that fails it (the server's ERROR event, a cut connection,
+                // an event that does not decode): this listing starts over in pages.
+                Some(Err(e)) => self.stream_failed(Error::Watch(e)),
                 Some(Ok(frame)) => match frame {
                     Frame::Added(o) | Frame::Modified(o) => {
                         (Some(Ok(Event::InitApply(o))), State::Streaming { frames })
                     }
                     // The initial events are all ADDED; anything else is not a state to
                     // build on.
-                    Frame::Deleted(_) => (
-                        Some(Err(Error::StreamCut("deleted an object"))),
-                        State::Empty,
-                    ),
+                    Frame::Deleted(_) => self.stream_failed(Error::StreamCut("deleted an object")),
                     Frame::Bookmark {
                         resource_version,
                         initial_events_end: true,
@@ -217,11 +223,9 @@ impl ListWatch {
                     Frame::Bookmark {
                         initial_events_end: true,
                         ..
-                    } => (Some(Err(Error::NoResourceVersion)), State::Empty),
+                    } => self.stream_failed(Error::NoResourceVersion),
                     Frame::Bookmark { .. } => (None, State::Streaming { frames }),
-                    Frame::Error(status) => {
-                        (Some(Err(Error::Watch(Failure::from(status)))), State::Empty)
-                    }
+                    Frame::Error(status) => self.stream_failed(Error::Watch(Failure::from(status))),
                 },
             },
             State::Listing {
@@ -284,6 +288,15 @@ impl ListWatch {
                 mut frames,
             } => match self.next_frame(&mut frames).await {
                 None => (None, State::Listed { resource_version }),
+                // An event that does not decode is reported and skipped: started again from
+                // where it stood, the watch would only send it again.
+                Some(Err(e @ (Failure::Json(_) | Failure::Proto(_)))) => (
+                    Some(Err(Error::Watch(e))),
+                    State::Watching {
+                        resource_version,
+                        frames,
+                    },
+                ),
                 Some(Err(e)) => (
                     Some(Err(Error::Watch(e))),
                     State::Listed { resource_version },
@@ -316,6 +329,13 @@ impl ListWatch {
                 },
             },
         }
+    }
+
+    /// A streaming list failed: reported, and the listing starts over, in pages this once.
+    fn stream_failed<K>(&mut self, error: Error) -> (Option<Result<Event<K>, Error>>, State<K>) {
+        tracing::debug!(path = %self.config.path, %error, "a streaming list failed; the next listing is in pages");
+        self.pages_next = true;
+        (Some(Err(error)), State::Empty)
     }
 
     /// The watch's next frame; `None` when it ends, or says nothing for 5 s past its

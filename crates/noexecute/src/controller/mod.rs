@@ -95,9 +95,9 @@ pub struct RunArgs {
     #[arg(long, env = "NOEXECUTE_NODE_SELECTOR")]
     pub node_selector: Option<String>,
     /// How the initial state of each watch is read: `stream` (a streaming list: one watch
-    /// whose first events are every object, served from the API server's watch cache, as
-    /// kube-controller-manager reads since 1.35; a server that refuses it gets pages) or
-    /// `pages` (a list in pages of --page-size, then a watch).
+    /// whose first events are every object, served from the API server's watch cache where
+    /// the resource has one, as kube-controller-manager reads since 1.35; a server that
+    /// refuses it gets pages) or `pages` (a list in pages of --page-size, then a watch).
     #[arg(long, env = "NOEXECUTE_INITIAL_LIST", value_enum, default_value_t = listwatch::InitialList::Stream)]
     pub initial_list: listwatch::InitialList,
     /// Page size of the initial lists when they are read in pages.
