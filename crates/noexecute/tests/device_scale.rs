@@ -72,6 +72,28 @@ async fn pod_with_device(
     Ok(())
 }
 
+/// A DeviceTaintRule tainting every device of `DRIVER` with `key` and `effect`.
+async fn rule_over_every_device(
+    rules: &Api<DynamicObject>,
+    name: &str,
+    key: &str,
+    effect: &str,
+) -> Result<()> {
+    rules
+        .create(
+            &PostParams::default(),
+            &object(
+                &dra::rules(),
+                json!({"metadata": {"name": name},
+                       "spec": {"deviceSelector": {"driver": DRIVER},
+                                "taint": {"key": key, "effect": effect}}}),
+            )?,
+        )
+        .await
+        .with_context(|| format!("creating the rule {name}"))?;
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Who {
     Noexecute,
@@ -214,17 +236,7 @@ async fn run(who: Who) -> Result<Run> {
 
     // The preview first: a None rule over every device of the namespace's pools.
     let preview_name = format!("{}-preview", ns.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &object(
-                &dra::rules(),
-                json!({"metadata": {"name": preview_name},
-                       "spec": {"deviceSelector": {"driver": DRIVER},
-                                "taint": {"key": "preview", "effect": "None"}}}),
-            )?,
-        )
-        .await?;
+    rule_over_every_device(&rules, &preview_name, "preview", "None").await?;
     let preview = eventually(
         Duration::from_secs(30),
         "the None rule's preview",
@@ -242,17 +254,7 @@ async fn run(who: Who) -> Result<Run> {
     log.listed(Duration::from_secs(10)).await?;
     let rule_name = format!("{}-all", ns.name);
     let started = Instant::now();
-    rules
-        .create(
-            &PostParams::default(),
-            &object(
-                &dra::rules(),
-                json!({"metadata": {"name": rule_name},
-                       "spec": {"deviceSelector": {"driver": DRIVER},
-                                "taint": {"key": "maintenance", "effect": "NoExecute"}}}),
-            )?,
-        )
-        .await?;
+    rule_over_every_device(&rules, &rule_name, "maintenance", "NoExecute").await?;
     let total = SLICES * DEVICES;
     eventually(Duration::from_secs(300), "every pod evicted", || async {
         Ok((log.count("p-") == total).then_some(()))
