@@ -904,6 +904,87 @@ async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()>
     Ok(())
 }
 
+/// A streaming list that the server fails with an ERROR event (its watch cache did not catch
+/// up in time, a `504`, or etcd cannot report progress, a `500`) is reported, and that
+/// listing goes on in pages, as client-go falls back to a list: not streamed again and again.
+/// The ERROR is a stand-in's (a real server sends it only under load or with an old etcd).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_failed_by_the_server_is_listed_in_pages() -> Result<()> {
+    let plane = plane()?;
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-504").await?;
+    let node = ns.create_node("n", vec![]).await?;
+    for i in 0..3 {
+        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
+            .await?;
+    }
+    let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (real, counter) = (admin.clone(), failed.clone());
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let (real, counter) = (real.clone(), counter.clone());
+        async move {
+            let streaming = req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("sendInitialEvents=true");
+            if !streaming {
+                return real.send(req).await;
+            }
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let error = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Timeout: Too large resource version","reason":"Timeout","code":504}}"#;
+            http::Response::builder()
+                .status(200)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Body::from(format!("{error}\n").into_bytes()))
+                .map_err(|e| kube::Error::Service(e.into()))
+        }
+    });
+    let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
+        Client::new(service, "default"),
+        streaming(config(
+            &format!("/api/v1/namespaces/{}/pods", ns.name),
+            None,
+            None,
+            ContentType::Json,
+        )),
+    ));
+    let mut failures = 0;
+    let listed = loop {
+        match tokio::time::timeout(Duration::from_secs(30), pods.next())
+            .await
+            .context("no event within 30 s")?
+            .context("the list-watch ended")?
+        {
+            Ok(Event::Init) => {}
+            Err(listwatch::Error::Watch(f)) if f.status().is_some_and(|(c, _)| c == 504) => {
+                failures += 1;
+                ensure!(
+                    failures == 1,
+                    "the failed streaming list was asked for again"
+                );
+            }
+            Ok(Event::InitApply(p)) => {
+                let mut rest = listed(&mut pods).await?;
+                rest.insert(0, Seen2::InitApply(p));
+                rest.insert(0, Seen2::Init);
+                break by_name(rest)?;
+            }
+            other => bail!("expected the 504, then pages: {other:?}"),
+        }
+    };
+    ensure!(
+        listed.keys().eq(["p0", "p1", "p2"]),
+        "the pods listed in pages: {listed:?}"
+    );
+    ensure!(
+        failed.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        "one streaming list asked for"
+    );
+    ns.cleanup().await?;
+    Ok(())
+}
+
 /// An event that does not decode is reported and skipped: the watch goes on to the next
 /// one, rather than starting again from before it (and reading it again, forever). The list
 /// is the real server's; the watch's answer is a stand-in's (a real server sends only what
