@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -346,6 +347,51 @@ fn config(
         timeout_secs: 290,
         initial: listwatch::InitialList::Pages,
     }
+}
+
+/// A namespace with a node and the pods `p0`…, bound to it; the node's name.
+async fn with_pods(admin: &Client, name: &str, pods: usize) -> Result<(TestNamespace, String)> {
+    let ns = TestNamespace::create(admin, name).await?;
+    let node = ns.create_node("n", vec![]).await?;
+    for i in 0..pods {
+        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
+            .await?;
+    }
+    Ok((ns, node))
+}
+
+/// A client through `real`, except that each request whose query contains `picked` is
+/// counted and answered by `answer`, given the real server's answer (a stand-in for answers a
+/// real server gives only under load, or never).
+fn intercepting<F, Fut>(real: Client, picked: &'static str, answer: F) -> (Client, Arc<AtomicUsize>)
+where
+    F: Fn(http::Response<Body>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<http::Response<Body>, kube::Error>> + Send + 'static,
+{
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let (real, counter, answer) = (real.clone(), counter.clone(), answer.clone());
+        async move {
+            let is_picked = req.uri().query().unwrap_or_default().contains(picked);
+            let response = real.send(req).await?;
+            if !is_picked {
+                return Ok(response);
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+            answer(response).await
+        }
+    });
+    (Client::new(service, "default"), count)
+}
+
+/// A `200` with a JSON body.
+fn json_answer(body: String) -> Result<http::Response<Body>, kube::Error> {
+    http::Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.into_bytes()))
+        .map_err(|e| kube::Error::Service(e.into()))
 }
 
 /// The same, read by a streaming list (`sendInitialEvents`) instead of pages.
@@ -775,12 +821,7 @@ async fn a_server_that_refuses_streaming_lists_gets_pages() -> Result<()> {
         )],
     )?;
     let admin = plane.admin_client().await?;
-    let ns = TestNamespace::create(&admin, "no-watch-list").await?;
-    let node = ns.create_node("n", vec![]).await?;
-    for i in 0..3 {
-        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
-            .await?;
-    }
+    let (ns, node) = with_pods(&admin, "no-watch-list", 3).await?;
     let (client, seen) = recording(admin.clone(), false);
     let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
         client,
@@ -820,48 +861,35 @@ async fn a_server_that_refuses_streaming_lists_gets_pages() -> Result<()> {
     Ok(())
 }
 
-/// A streaming list that ends before its initial events do (the watch's timeout, or a proxy
-/// that cuts long responses) is not asked for again: pages from then on. The real server's
-/// first streaming answer is cut short by a stand-in (a real server ends a watch early only
-/// at its timeout, which a few objects never reach).
+/// A streaming list that ends cleanly before its initial events do (the watch's timeout came
+/// first: the list is too long to stream in one) is not asked for again: pages from then on.
+/// The real server's first streaming answer is ended after its first event by a stand-in (a
+/// real server ends a watch early only at its timeout, which a few objects never reach).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()> {
     let plane = plane()?;
     let admin = plane.admin_client().await?;
-    let ns = TestNamespace::create(&admin, "proto-cut").await?;
-    let node = ns.create_node("n", vec![]).await?;
-    for i in 0..3 {
-        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
-            .await?;
-    }
-    let cut = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let real = admin.clone();
-    let counter = cut.clone();
-    let service = tower::service_fn(move |req: Request<Body>| {
-        let (real, counter) = (real.clone(), counter.clone());
-        async move {
-            let streaming = req
-                .uri()
-                .query()
-                .unwrap_or_default()
-                .contains("sendInitialEvents=true");
-            let response = real.send(req).await?;
-            if !streaming {
-                return Ok::<_, kube::Error>(response);
+    let (ns, node) = with_pods(&admin, "proto-cut", 3).await?;
+    // The server's first event (a length-prefixed protobuf frame), then a clean end.
+    let (client, cut) = intercepting(admin.clone(), "sendInitialEvents=true", |response| async {
+        let (parts, mut body) = response.into_parts();
+        let mut read = Vec::new();
+        let whole = |read: &[u8]| {
+            read.first_chunk::<4>()
+                .map(|len| 4 + u32::from_be_bytes(*len) as usize)
+                .filter(|&n| read.len() >= n)
+        };
+        let first = loop {
+            if let Some(n) = whole(&read) {
+                break read[..n].to_vec();
             }
-            // Half of what the server first sends: whole events perhaps, never the end.
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let (parts, mut body) = response.into_parts();
-            let first = http_body_util::BodyExt::frame(&mut body)
-                .await
-                .and_then(|f| f.ok())
-                .and_then(|f| f.into_data().ok())
-                .unwrap_or_default();
-            let half = first.slice(..first.len() / 2).to_vec();
-            Ok(http::Response::from_parts(parts, Body::from(half)))
-        }
+            match http_body_util::BodyExt::frame(&mut body).await {
+                Some(Ok(f)) => read.extend_from_slice(&f.into_data().unwrap_or_default()),
+                _ => break Vec::new(),
+            }
+        };
+        Ok(http::Response::from_parts(parts, Body::from(first)))
     });
-    let client = Client::new(service, "default");
     let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
         client,
         streaming(config(
@@ -880,8 +908,7 @@ async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()>
             .context("the list-watch ended")?;
         match event {
             Ok(Event::Init | Event::InitApply(_)) if events.len() < 5 => events.push(event),
-            // Cut after whole events: it ended; cut inside the first: it ended at once.
-            Err(listwatch::Error::StreamCut(_) | listwatch::Error::Watch(_)) => break,
+            Err(listwatch::Error::StreamCut(_)) => break,
             other => bail!("expected the streaming list to be cut, got {other:?} after {events:?}"),
         }
     }
@@ -897,51 +924,30 @@ async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()>
         other => bail!("expected the new pod, got {other:?}"),
     }
     ensure!(
-        cut.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        cut.load(Ordering::SeqCst) == 1,
         "a streaming list was asked for again after one was cut"
     );
     ns.cleanup().await?;
     Ok(())
 }
 
-/// A streaming list that the server fails with an ERROR event (its watch cache did not catch
-/// up in time, a `504`, or etcd cannot report progress, a `500`) is reported, and that
-/// listing goes on in pages, as client-go falls back to a list: not streamed again and again.
-/// The ERROR is a stand-in's (a real server sends it only under load or with an old etcd).
+/// A streaming list that the server fails with an ERROR event (here a `500`, as when etcd
+/// cannot report its progress to the watch cache) is reported, and that listing goes on in
+/// pages: not streamed again and again. The ERROR is a stand-in's (a real server sends it only
+/// with an old etcd, or under load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_list_failed_by_the_server_is_listed_in_pages() -> Result<()> {
     let plane = plane()?;
     let admin = plane.admin_client().await?;
-    let ns = TestNamespace::create(&admin, "proto-504").await?;
-    let node = ns.create_node("n", vec![]).await?;
-    for i in 0..3 {
-        ns.create_pod(&pod(&format!("p{i}"), &node, vec![], Some(0)))
-            .await?;
-    }
-    let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (real, counter) = (admin.clone(), failed.clone());
-    let service = tower::service_fn(move |req: Request<Body>| {
-        let (real, counter) = (real.clone(), counter.clone());
-        async move {
-            let streaming = req
-                .uri()
-                .query()
-                .unwrap_or_default()
-                .contains("sendInitialEvents=true");
-            if !streaming {
-                return real.send(req).await;
-            }
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let error = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Timeout: Too large resource version","reason":"Timeout","code":504}}"#;
-            http::Response::builder()
-                .status(200)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Body::from(format!("{error}\n").into_bytes()))
-                .map_err(|e| kube::Error::Service(e.into()))
-        }
+    let (ns, _) = with_pods(&admin, "proto-500", 3).await?;
+    let (client, failed) = intercepting(admin.clone(), "sendInitialEvents=true", |_| async {
+        json_answer(format!(
+            "{}\n",
+            r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd does not support RequestWatchProgress","reason":"InternalError","code":500}}"#
+        ))
     });
     let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
-        Client::new(service, "default"),
+        client,
         streaming(config(
             &format!("/api/v1/namespaces/{}/pods", ns.name),
             None,
@@ -957,7 +963,7 @@ async fn a_streaming_list_failed_by_the_server_is_listed_in_pages() -> Result<()
             .context("the list-watch ended")?
         {
             Ok(Event::Init) => {}
-            Err(listwatch::Error::Watch(f)) if f.status().is_some_and(|(c, _)| c == 504) => {
+            Err(listwatch::Error::Watch(f)) if f.status().is_some_and(|(c, _)| c == 500) => {
                 failures += 1;
                 ensure!(
                     failures == 1,
@@ -970,7 +976,7 @@ async fn a_streaming_list_failed_by_the_server_is_listed_in_pages() -> Result<()
                 rest.insert(0, Seen2::Init);
                 break by_name(rest)?;
             }
-            other => bail!("expected the 504, then pages: {other:?}"),
+            other => bail!("expected the 500, then pages: {other:?}"),
         }
     };
     ensure!(
@@ -978,7 +984,7 @@ async fn a_streaming_list_failed_by_the_server_is_listed_in_pages() -> Result<()
         "the pods listed in pages: {listed:?}"
     );
     ensure!(
-        failed.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        failed.load(Ordering::SeqCst) == 1,
         "one streaming list asked for"
     );
     ns.cleanup().await?;
@@ -993,34 +999,21 @@ async fn a_streaming_list_failed_by_the_server_is_listed_in_pages() -> Result<()
 async fn an_event_that_does_not_decode_is_skipped() -> Result<()> {
     let plane = plane()?;
     let admin = plane.admin_client().await?;
-    let ns = TestNamespace::create(&admin, "proto-poison").await?;
-    let node = ns.create_node("n", vec![]).await?;
-    ns.create_pod(&pod("p0", &node, vec![], Some(0))).await?;
-    let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (real, counter, ns_name) = (admin.clone(), watches.clone(), ns.name.clone());
-    let service = tower::service_fn(move |req: Request<Body>| {
-        let (real, counter, ns_name) = (real.clone(), counter.clone(), ns_name.clone());
+    let (ns, _) = with_pods(&admin, "proto-poison", 1).await?;
+    let ns_name = ns.name.clone();
+    let (client, watches) = intercepting(admin.clone(), "watch=true", move |_| {
+        let after = serde_json::json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "after", "namespace": ns_name, "resourceVersion": "999999"},
+            "spec": {"nodeName": "n"}}});
         async move {
-            if !req.uri().query().unwrap_or_default().contains("watch=true") {
-                return real.send(req).await;
-            }
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let body = format!(
-                "{}\n{}\n",
-                r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":5}}"#,
-                serde_json::json!({"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
-                    "metadata": {"name": "after", "namespace": ns_name, "resourceVersion": "999999"},
-                    "spec": {"nodeName": "n"}}})
-            );
-            http::Response::builder()
-                .status(200)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Body::from(body.into_bytes()))
-                .map_err(|e| kube::Error::Service(e.into()))
+            json_answer(format!(
+                "{}\n{after}\n",
+                r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":5}}"#
+            ))
         }
     });
     let mut pods = Box::pin(listwatch::list_watch::<SlimPod>(
-        Client::new(service, "default"),
+        client,
         config(
             &format!("/api/v1/namespaces/{}/pods", ns.name),
             None,
@@ -1042,7 +1035,7 @@ async fn an_event_that_does_not_decode_is_skipped() -> Result<()> {
         other => bail!("expected the event after it, got {other:?}"),
     }
     ensure!(
-        watches.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        watches.load(Ordering::SeqCst) == 1,
         "the watch was started again"
     );
     ns.cleanup().await?;

@@ -185,11 +185,13 @@ async fn a_watch_older_than_etcds_history_relists_in_both_formats() -> Result<()
         }
         // (Or nothing, if its watch timed out before `a` went: then it started again from
         // before, and met the 410 at once.)
+        // What it saw is a beginning of `a`'s deletion (perhaps first as an update) and
+        // `c`'s creation: the watch may have timed out at any point among them.
+        let expected = ["apply a", "delete a", "apply c"];
+        let tail = ["delete a", "apply c"];
+        let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
         ensure!(
-            initial == InitialList::Pages
-                || seen.is_empty()
-                || (seen.contains(&"delete a".to_string())
-                    && seen.last().map(String::as_str) == Some("apply c")),
+            initial == InitialList::Pages || expected.starts_with(&seen) || tail.starts_with(&seen),
             "{format:?}: the streaming list's watch saw {seen:?}"
         );
         let relisted = listed(&mut stream).await?;

@@ -4,22 +4,28 @@
 //! The steps are kube's watcher's, for one format or the other:
 //! - `Init`, then each object as `InitApply`, then `InitDone`. By default the objects come
 //!   as a streaming list (`sendInitialEvents`, KEP-3157, as client-go's `WatchListClient`
-//!   reads them since 1.35): one watch from a consistent read, served from the API server's
-//!   watch cache, whose initial `ADDED` events end with a bookmark annotated
-//!   `k8s.io/initial-events-end`; the same watch then goes on. A server that refuses it
-//!   (`400` or `422`: older, or its `WatchList` gate off), or a streaming list that ends
-//!   before its initial events do (a list too long for the watch's timeout, or a proxy's),
-//!   gets pages from then on, as does `InitialList::Pages`; any other failure of a streaming
-//!   list (an ERROR event, a cut connection) is reported and that listing starts over in
-//!   pages, the next one streaming again (client-go falls back to a list the same way): page by page (`limit` and `continue`; kube sends no
-//!   `resourceVersion=0` with a `limit`, so each page is a consistent read), then a watch
-//!   from the list's resource version;
+//!   reads them since 1.35): one watch from a consistent read (served from the API server's
+//!   watch cache where the resource has one; Events have none by default and come from
+//!   etcd), whose initial `ADDED` events end with a bookmark annotated
+//!   `k8s.io/initial-events-end`; the same watch then goes on. Pages instead (`limit` and
+//!   `continue`; kube sends no `resourceVersion=0` with a `limit`, so each page is a
+//!   consistent read, then a watch from the list's resource version):
+//!   - for good, with `InitialList::Pages`, after a `400` or `422` refusal (a server older
+//!     than 1.27, or its `WatchList` gate off), or after a streaming list ended cleanly,
+//!     having said something, before its initial events did (a list too long for the
+//!     watch's timeout): such a server would do the same again;
+//!   - for the next listing only, after any other failure of a streaming list (an ERROR
+//!     event, a broken or truncated connection, one that ended at once, an event that does
+//!     not decode); the one after streams again. client-go too falls back to a list for
+//!     most failures, though it streams again at once after a `410`, a `429` or a clean
+//!     early end;
 //! - the watch has bookmarks; each event moves the resource
 //!   version on, and a watch that ends (the server's timeout, or no word for 5 s past it) is
 //!   started again from there;
 //! - a `410 Gone`, as an ERROR event or as the watch's answer, starts over with a new list;
 //!   any other failure is reported (the caller backs off) and retried from where it stood: an
-//!   event that does not decode is reported and skipped, the watch going on, as kube's does;
+//!   event that does not decode is reported and skipped, the watch going on, as kube's does
+//!   (the object it was about stays as last seen until its next event or the next list);
 //!   a watch cut by an error, or ended before it said anything, is reported and started again.
 //!
 //! The format: in protobuf, requests accept `application/vnd.kubernetes.protobuf` and then
@@ -63,7 +69,7 @@ pub struct Config {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum InitialList {
     /// A streaming list: one watch that starts with every object (`sendInitialEvents`),
-    /// served from the watch cache; pages where the server refuses it.
+    /// served from the watch cache where the resource has one; pages where it fails.
     #[default]
     Stream,
     /// Pages of a list (`limit`, `continue`), then a watch.
