@@ -331,6 +331,19 @@ async fn listed<K>(
     }
 }
 
+/// The watch after a listing goes on: a pod created now arrives as an `Apply`.
+async fn sees_a_late_pod(
+    pods: &mut (impl Stream<Item = Result<Event<SlimPod>, listwatch::Error>> + Unpin),
+    ns: &TestNamespace,
+    node: &str,
+) -> Result<()> {
+    ns.create_pod(&pod("late", node, vec![], Some(0))).await?;
+    match next(pods).await? {
+        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => Ok(()),
+        other => bail!("expected the new pod, got {other:?}"),
+    }
+}
+
 fn config(
     path: &str,
     labels: Option<String>,
@@ -784,11 +797,7 @@ async fn a_server_that_refuses_protobuf_gets_json() -> Result<()> {
     ));
     let listed = listed(&mut pods).await?;
     ensure!(listed.len() == 5, "Init, 3 pods, InitDone: {listed:?}");
-    ns.create_pod(&pod("late", &node, vec![], Some(0))).await?;
-    match next(&mut pods).await? {
-        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => {}
-        other => bail!("expected the new pod, got {other:?}"),
-    }
+    sees_a_late_pod(&mut pods, &ns, &node).await?;
     let seen = seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
     // One refusal, then JSON only, for the list pages and the watch alike.
     ensure!(seen.first().map(|s| s.status) == Some(406), "{seen:?}");
@@ -837,11 +846,7 @@ async fn a_server_that_refuses_streaming_lists_gets_pages() -> Result<()> {
         listed.keys().eq(["p0", "p1", "p2"]),
         "the pods listed: {listed:?}"
     );
-    ns.create_pod(&pod("late", &node, vec![], Some(0))).await?;
-    match next(&mut pods).await? {
-        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => {}
-        other => bail!("expected the new pod, got {other:?}"),
-    }
+    sees_a_late_pod(&mut pods, &ns, &node).await?;
     let seen = seen.lock().map_err(|_| anyhow!("poisoned"))?.clone();
     let (refused, rest) = seen.split_first().context("no request")?;
     ensure!(
@@ -918,11 +923,7 @@ async fn a_streaming_list_cut_before_its_end_falls_back_to_pages() -> Result<()>
         listed.keys().eq(["p0", "p1", "p2"]),
         "the pods listed: {listed:?}"
     );
-    ns.create_pod(&pod("late", &node, vec![], Some(0))).await?;
-    match next(&mut pods).await? {
-        Seen2::Apply(p) if p.metadata.name.as_deref() == Some("late") => {}
-        other => bail!("expected the new pod, got {other:?}"),
-    }
+    sees_a_late_pod(&mut pods, &ns, &node).await?;
     ensure!(
         cut.load(Ordering::SeqCst) == 1,
         "a streaming list was asked for again after one was cut"

@@ -191,8 +191,7 @@ impl ListWatch {
             State::StartStream => match self.watch(None).await {
                 Ok(frames) => (None, State::Streaming { frames }),
                 Err(e) if refuses_streaming(&e) => {
-                    tracing::warn!(path = %self.config.path, error = %e, "the API server refused a streaming list; listing in pages from now on");
-                    self.streaming = false;
+                    self.pages_from_now_on(&format!("the API server refused it: {e}"));
                     (None, first_page())
                 }
                 Err(e) => self.stream_failed(Error::WatchStart(e)),
@@ -202,8 +201,7 @@ impl ListWatch {
                 // a proxy's, came first (the list may be too long to stream in one), so
                 // pages from now on.
                 None => {
-                    tracing::warn!(path = %self.config.path, "a streaming list ended before its initial events did; listing in pages from now on");
-                    self.streaming = false;
+                    self.pages_from_now_on("it ended before its initial events did");
                     (Some(Err(Error::StreamCut("ended"))), State::Empty)
                 }
                 // Anything else that fails it (the server's ERROR event, a cut connection,
@@ -335,6 +333,12 @@ impl ListWatch {
                 },
             },
         }
+    }
+
+    /// Streaming lists will not work with this server: every listing from now on is in pages.
+    fn pages_from_now_on(&mut self, why: &str) {
+        tracing::warn!(path = %self.config.path, "no streaming list: {why}; listing in pages from now on");
+        self.streaming = false;
     }
 
     /// A streaming list failed: reported, and the listing starts over, in pages this once.
