@@ -188,8 +188,8 @@ pub fn read_rule(
         }
         None => return Err(invalid("kind", "missing (expected DeviceTaintRule)".into())),
     }
-    let rule: DeviceTaintRule =
-        serde_json::from_value(value).map_err(|e| invalid("spec", e.to_string()))?;
+    let rule: DeviceTaintRule = crate::adapters::input::from_value(value)
+        .map_err(|(at, e)| invalid(if at.is_empty() { "(the manifest)" } else { &at }, e))?;
     if rule.metadata.name.is_empty() {
         return Err(invalid("metadata.name", "missing".into()));
     }
@@ -569,6 +569,69 @@ mod tests {
             serde_json::from_str(r#"{"metadata":{"name":"c","namespace":"ml","uid":"c2"}}"#)?;
         assert_eq!(unallocated.observe().allocation, None);
         assert_eq!(unallocated.observe().owner, None);
+        Ok(())
+    }
+
+    /// `plan --device-rule`: a manifest that cannot be used says which field is wrong.
+    #[test]
+    fn a_rule_manifest_in_error_names_its_field() -> R {
+        let path = std::env::temp_dir().join(format!("noexecute-rule-{}.yaml", std::process::id()));
+        let read = |text: &str| -> R<String> {
+            std::fs::write(&path, text)?;
+            Ok(match read_rule(&path) {
+                Ok(rule) => format!("ok {}", rule.metadata.name),
+                Err(e) => e.to_string(),
+            })
+        };
+        let head =
+            "apiVersion: resource.k8s.io/v1beta2\nkind: DeviceTaintRule\nmetadata: {name: r}\n";
+        let cases = [
+            (
+                format!("{head}spec:\n  taint: {{key: k, effect: NoExecute}}\n"),
+                "ok r".to_string(),
+            ),
+            (
+                format!("{head}spec:\n  taint: {{key: k, effect: [NoExecute]}}\n"),
+                "spec.taint.effect: invalid type: sequence, expected a string".into(),
+            ),
+            (
+                format!(
+                    "{head}spec:\n  taint: {{key: k, effect: NoExecute, timeAdded: yesterday}}\n"
+                ),
+                "spec.taint.timeAdded: ".into(),
+            ),
+            (
+                format!(
+                    "{head}spec:\n  deviceSelector: {{driver: 7}}\n  taint: {{key: k, effect: NoExecute}}\n"
+                ),
+                "spec.deviceSelector.driver: invalid type: integer `7`, expected a string".into(),
+            ),
+            (
+                format!("{head}spec: [1]\n"),
+                "spec[0]: invalid type: integer `1`, expected struct WireSelector".into(),
+            ),
+            (
+                format!("{head}spec:\n  taint: {{effect: NoExecute}}\n"),
+                "spec.taint.key: missing".into(),
+            ),
+            (
+                "kind: Pod\nmetadata: {name: p}\n".into(),
+                "kind: \"Pod\", expected DeviceTaintRule".into(),
+            ),
+            (
+                "kind: DeviceTaintRule\nmetadata: {name: [r]\n".into(),
+                ".yaml:2:".into(),
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (text, want) in &cases {
+            let got = read(text)?;
+            if !got.contains(want.as_str()) {
+                wrong.push(format!("{text}=> {got}\nwant {want}"));
+            }
+        }
+        std::fs::remove_file(&path)?;
+        assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
         Ok(())
     }
 

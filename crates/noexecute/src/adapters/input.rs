@@ -56,6 +56,28 @@ pub fn yaml_options(input_len: u64) -> serde_saphyr::Options {
     options
 }
 
+/// A JSON value read into `T`; an error says at which field (`spec.devices[0].taints[0]`,
+/// empty for the value itself) and what is wrong there.
+pub fn from_value<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." { String::new() } else { path };
+        (at, e.into_inner().to_string())
+    })
+}
+
+/// Joins a field's path to a path within it: `items[3]` and `spec.pool` make
+/// `items[3].spec.pool`.
+pub fn joined(field: &str, within: &str) -> String {
+    match (field.is_empty(), within.is_empty()) {
+        (_, true) => field.to_string(),
+        (true, false) => within.to_string(),
+        (false, false) => format!("{field}.{within}"),
+    }
+}
+
 /// For `#[serde(default, deserialize_with = "…")]` lists and maps: a blank (null) value is
 /// the empty one, as YAML users write `tolerations:` with nothing after it.
 pub fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>

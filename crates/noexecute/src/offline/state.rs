@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use crate::adapters::device::{DeviceTaintRule, ResourceClaim, ResourceSlice};
 use crate::adapters::slim::{self, SlimNode, SlimPod};
 
-use crate::adapters::input::InputError;
+use crate::adapters::input::{self, InputError};
 
 /// Errors loading a snapshot; see [`crate::adapters::input::InputError`].
 pub type SnapshotError = InputError;
@@ -370,18 +370,19 @@ impl<'p> Loader<'p> {
             // A blank (null) part reads as absent.
             item.raw.retain(|_, v| !v.is_null());
             let object = serde_json::Value::Object(std::mem::take(&mut item.raw));
-            let invalid = |e: serde_json::Error| (field.to_string(), format!("{kind}: {e}"));
+            let invalid =
+                |(at, e): (String, String)| (input::joined(field, &at), format!("{kind}: {e}"));
             let mut state = self.state.borrow_mut();
             match kind.as_str() {
                 "ResourceSlice" => state
                     .slices
-                    .push(serde_json::from_value(object).map_err(invalid)?),
+                    .push(input::from_value(object).map_err(invalid)?),
                 "ResourceClaim" => state
                     .claims
-                    .push(serde_json::from_value(object).map_err(invalid)?),
+                    .push(input::from_value(object).map_err(invalid)?),
                 _ => state
                     .rules
-                    .push(serde_json::from_value(object).map_err(invalid)?),
+                    .push(input::from_value(object).map_err(invalid)?),
             }
             return Ok(());
         }
@@ -680,6 +681,10 @@ mod tests {
             (
                 "{\"kind\": \"Pod\", \"metadata\": {}}",
                 "snap.json: metadata.name: missing",
+            ),
+            (
+                "{\"items\": [{\"apiVersion\": \"resource.k8s.io/v1\", \"kind\": \"ResourceSlice\", \"metadata\": {\"name\": \"s\"}, \"spec\": {\"driver\": \"d\", \"devices\": [{\"name\": \"g\", \"taints\": [{\"key\": \"k\", \"effect\": 7}]}]}}]}",
+                "snap.json: items[0].spec.devices[0].taints[0].effect: ResourceSlice: invalid type: integer `7`, expected a string",
             ),
             ("{\"kind\": \"List\", \"items\": []}", "no Node or Pod"),
             ("{\"kind\": \"List\", \"items\": null}", "no Node or Pod"),
