@@ -45,10 +45,13 @@ pub struct Selector {
 
 impl Selector {
     fn matches(&self, device: &AllocatedDevice) -> bool {
+        self.selects(&device.driver, &device.pool, &device.device)
+    }
+
+    /// Whether it selects this device: each criterion it has is met.
+    pub fn selects(&self, driver: &str, pool: &str, device: &str) -> bool {
         let ok = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-        ok(&self.driver, &device.driver)
-            && ok(&self.pool, &device.pool)
-            && ok(&self.device, &device.device)
+        ok(&self.driver, driver) && ok(&self.pool, pool) && ok(&self.device, device)
     }
 }
 

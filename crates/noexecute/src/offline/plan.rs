@@ -173,6 +173,23 @@ impl Hypothesis {
                 ));
             }
         }
+        for wire in &self.rules {
+            let rule = wire.observe();
+            let selects = rule.selector.as_ref().is_some_and(|selector| {
+                state.slices.iter().any(|s| {
+                    s.spec
+                        .devices
+                        .iter()
+                        .any(|d| selector.selects(&s.spec.driver, &s.spec.pool.name, &d.name))
+                })
+            });
+            if !selects {
+                return Err(format!(
+                    "--device-rule: DeviceTaintRule {} selects no device in a ResourceSlice of {}",
+                    rule.name, state.source
+                ));
+            }
+        }
         Ok(out)
     }
 
@@ -937,6 +954,51 @@ mod tests {
             err.as_deref(),
             Some("--device-taint: device d/p/g9 is in no ResourceSlice of snapshot snap.json")
         );
+    }
+
+    /// A rule that selects nothing would plan no eviction: a typo must not read as "safe".
+    #[test]
+    fn a_device_rule_selecting_no_published_device_is_refused() {
+        let rule = |selector: serde_json::Value| -> crate::adapters::device::DeviceTaintRule {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "r"},
+                "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoExecute"}}
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let resolve = |rules| {
+            Hypothesis {
+                rules,
+                ..Hypothesis::default()
+            }
+            .resolve(&device_snapshot())
+            .err()
+        };
+        let refused = Some(
+            "--device-rule: DeviceTaintRule r selects no device in a ResourceSlice of snapshot snap.json"
+                .to_string(),
+        );
+        assert_eq!(
+            resolve(vec![rule(serde_json::json!({"driver": "other"}))]),
+            refused
+        );
+        assert_eq!(
+            resolve(vec![rule(serde_json::json!({"device": "g9"}))]),
+            refused
+        );
+        assert_eq!(
+            resolve(vec![rule(serde_json::Value::Null)]),
+            refused,
+            "no selector"
+        );
+        // Positive controls: a device of the snapshot, and the empty selector (every device).
+        assert_eq!(
+            resolve(vec![rule(
+                serde_json::json!({"driver": "d", "pool": "p", "device": "g1"})
+            )]),
+            None
+        );
+        assert_eq!(resolve(vec![rule(serde_json::json!({}))]), None);
     }
 
     #[test]
