@@ -35,6 +35,12 @@ impl Time {
         self.0 as f64 / 1000.0
     }
 
+    /// Truncated to a whole second, as the API server keeps an object's timestamps (a
+    /// taint's `timeAdded`, say).
+    pub const fn whole_second(self) -> Time {
+        Time(self.0.saturating_sub(self.0.rem_euclid(1000)))
+    }
+
     /// `self + d`, saturating at [`Time::MAX`].
     pub fn plus(self, d: Duration) -> Time {
         let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
@@ -87,6 +93,14 @@ mod tests {
         );
         // Without a step the timestamp is unchanged.
         assert_eq!(Time::from_wall(added, now, now), added);
+    }
+
+    #[test]
+    fn whole_seconds_truncate_toward_the_past() {
+        assert_eq!(Time::from_millis(1999).whole_second(), Time::from_secs(1));
+        assert_eq!(Time::from_millis(2000).whole_second(), Time::from_secs(2));
+        assert_eq!(Time::from_millis(-1).whole_second(), Time::from_secs(-1));
+        assert_eq!(Time::MIN.whole_second(), Time::MIN);
     }
 
     #[test]

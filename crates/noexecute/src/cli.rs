@@ -367,7 +367,8 @@ fn version_command(args: VersionArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every node `--taint` names must exist, and every `--taint-selector` must match a node.
+/// Every node `--taint` names must exist, every `--taint-selector` must match a node, and
+/// the device taints and rules must touch a device (`Hypothesis::resolve`).
 fn require_targets(state: &ClusterState, hypothesis: &plan::Hypothesis) -> Result<()> {
     hypothesis
         .resolve(state)

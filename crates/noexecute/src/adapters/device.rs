@@ -196,8 +196,16 @@ pub fn read_rule(
     if rule.spec.taint.key.is_empty() {
         return Err(invalid("spec.taint.key", "missing".into()));
     }
-    if rule.spec.taint.effect.is_empty() {
-        return Err(invalid("spec.taint.effect", "missing".into()));
+    match rule.spec.taint.effect.as_str() {
+        "" => return Err(invalid("spec.taint.effect", "missing".into())),
+        // As the API server validates a device taint's effect.
+        "NoExecute" | "NoSchedule" | "None" => {}
+        other => {
+            return Err(invalid(
+                "spec.taint.effect",
+                format!("{other:?}, expected NoExecute, NoSchedule or None"),
+            ));
+        }
     }
     Ok(rule)
 }
@@ -613,6 +621,10 @@ mod tests {
             (
                 format!("{head}spec:\n  taint: {{effect: NoExecute}}\n"),
                 "spec.taint.key: missing".into(),
+            ),
+            (
+                format!("{head}spec:\n  taint: {{key: k, effect: NoExecte}}\n"),
+                "spec.taint.effect: \"NoExecte\", expected NoExecute, NoSchedule or None".into(),
             ),
             (
                 "kind: Pod\nmetadata: {name: p}\n".into(),

@@ -191,7 +191,7 @@ impl ListWatch {
             State::StartStream => match self.watch(None).await {
                 Ok(frames) => (None, State::Streaming { frames }),
                 Err(e) if refuses_streaming(&e) => {
-                    self.pages_from_now_on(&format!("the API server refused it: {e}"));
+                    self.pages_from_now_on(&format!("the API server refused one: {e}"));
                     (None, first_page())
                 }
                 Err(e) => self.stream_failed(Error::WatchStart(e)),
@@ -201,7 +201,7 @@ impl ListWatch {
                 // a proxy's, came first (the list may be too long to stream in one), so
                 // pages from now on.
                 None => {
-                    self.pages_from_now_on("it ended before its initial events did");
+                    self.pages_from_now_on("one ended before its initial events did");
                     (Some(Err(Error::StreamCut("ended"))), State::Empty)
                 }
                 // Anything else that fails it (the server's ERROR event, a cut connection,
@@ -337,7 +337,7 @@ impl ListWatch {
 
     /// Streaming lists will not work with this server: every listing from now on is in pages.
     fn pages_from_now_on(&mut self, why: &str) {
-        tracing::warn!(path = %self.config.path, "no streaming list: {why}; listing in pages from now on");
+        tracing::warn!(path = %self.config.path, reason = why, "no streaming list; listing in pages from now on");
         self.streaming = false;
     }
 

@@ -125,7 +125,8 @@ pub struct Hypothesis {
 
 impl Hypothesis {
     /// Node → taints to add, checked against the cluster: every named node must exist and
-    /// every selector must match at least one node.
+    /// every selector must match at least one node; the device taints and rules must touch a
+    /// device ([`Hypothesis::resolve_devices`]).
     pub fn resolve(&self, state: &ClusterState) -> Result<BTreeMap<String, Vec<Taint>>, String> {
         let mut out: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
         let names: BTreeSet<&str> = state
@@ -159,38 +160,96 @@ impl Hypothesis {
                 ));
             }
         }
+        if self.has_devices() {
+            self.resolve_devices(state)?;
+        }
+        Ok(out)
+    }
+
+    /// The device part checked against the cluster: each `--device-taint` names a device of
+    /// its pool's current generation, and each new `--device-rule` selects a published or an
+    /// allocated device (rules apply to allocated devices, published or not). An update of a
+    /// rule already there may select nothing: that previews taking its taint away.
+    fn resolve_devices(&self, state: &ClusterState) -> Result<(), String> {
+        if state.devices_unreadable {
+            return Err(
+                "--device-taint and --device-rule need ResourceSlices, ResourceClaims and DeviceTaintRules, which this user is not allowed to list"
+                    .into(),
+            );
+        }
+        let hint = if state.slices.is_empty() && state.claims.is_empty() {
+            " (it has no ResourceSlices or ResourceClaims; a snapshot takes them with kubectl get nodes,pods,resourceslices,resourceclaims,devicetaintrules -A -o json)"
+        } else {
+            ""
+        };
+        let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+        for s in &state.slices {
+            let g = newest
+                .entry((&s.spec.driver, &s.spec.pool.name))
+                .or_insert(s.spec.pool.generation);
+            *g = (*g).max(s.spec.pool.generation);
+        }
+        let published: BTreeSet<(&str, &str, &str)> = state
+            .slices
+            .iter()
+            .filter(|s| {
+                newest.get(&(&*s.spec.driver, &*s.spec.pool.name)) == Some(&s.spec.pool.generation)
+            })
+            .flat_map(|s| {
+                s.spec.devices.iter().map(|d| {
+                    (
+                        s.spec.driver.as_str(),
+                        s.spec.pool.name.as_str(),
+                        d.name.as_str(),
+                    )
+                })
+            })
+            .collect();
         for t in &self.device_taints {
-            let published = state.slices.iter().any(|s| {
-                s.spec.driver == t.driver
-                    && s.spec.pool.name == t.pool
-                    && s.spec.devices.iter().any(|d| d.name == t.device)
-            });
-            if !published {
+            if !published.contains(&(t.driver.as_str(), t.pool.as_str(), t.device.as_str())) {
                 return Err(format!(
-                    "--device-taint: device {} is in no ResourceSlice of {}",
+                    "--device-taint: device {} is in no ResourceSlice of {}{hint}",
                     t.id(),
                     state.source
                 ));
             }
         }
+        let allocated: Vec<noexecute_engine::device::AllocatedDevice> = state
+            .claims
+            .iter()
+            .filter_map(|c| c.observe().allocation)
+            .flatten()
+            .collect();
+        let existing: BTreeSet<&str> = state
+            .rules
+            .iter()
+            .map(|r| r.metadata.name.as_str())
+            .collect();
         for wire in &self.rules {
             let rule = wire.observe();
-            let selects = rule.selector.as_ref().is_some_and(|selector| {
-                state.slices.iter().any(|s| {
-                    s.spec
-                        .devices
-                        .iter()
-                        .any(|d| selector.selects(&s.spec.driver, &s.spec.pool.name, &d.name))
-                })
-            });
+            if existing.contains(rule.name.as_str()) {
+                continue;
+            }
+            let Some(selector) = &rule.selector else {
+                return Err(format!(
+                    "--device-rule: DeviceTaintRule {} has no deviceSelector, so it selects no device",
+                    rule.name
+                ));
+            };
+            let selects = published
+                .iter()
+                .any(|(driver, pool, device)| selector.selects(driver, pool, device))
+                || allocated
+                    .iter()
+                    .any(|d| selector.selects(&d.driver, &d.pool, &d.device));
             if !selects {
                 return Err(format!(
-                    "--device-rule: DeviceTaintRule {} selects no device in a ResourceSlice of {}",
+                    "--device-rule: DeviceTaintRule {} selects no device published or allocated in {}{hint}",
                     rule.name, state.source
                 ));
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Whether it touches devices.
@@ -398,7 +457,9 @@ pub fn run(
                                 "{reason} (held {:.1}s by pacing)",
                                 clock.since(could_start).as_secs_f64()
                             )
-                        } else if *deadline < now {
+                        } else if *deadline < now.whole_second() {
+                            // Within the current second is not overdue: the API server
+                            // stamps taints to the second.
                             format!(
                                 "{reason} (overdue: due {:.1}s before now)",
                                 now.since(*deadline).as_secs_f64()
@@ -597,7 +658,8 @@ fn devices_in(
             }
             for device in slice.devices.iter_mut().filter(|d| d.name == t.device) {
                 let mut taint = t.taint.clone();
-                taint.time_added = Some(now);
+                // Stamped as the API server stamps it: to the second.
+                taint.time_added = Some(now.whole_second());
                 add_or_replace(&mut device.taints, taint);
             }
         }
@@ -627,6 +689,8 @@ fn devices_in(
     }
     for wire in &hypothesis.rules {
         let mut rule = wire.observe();
+        // The API server keeps whole seconds of a time the file gives.
+        rule.taint.time_added = rule.taint.time_added.map(Time::whole_second);
         let mut status = status(wire);
         match existing.get(&rule.name) {
             // As `kubectl apply -f FILE` would: an update keeps the rule's identity, and its
@@ -638,16 +702,16 @@ fn devices_in(
                 let kept = rule.taint.time_added.or(old.taint.time_added);
                 rule.taint.time_added =
                     if rule.taint.effect != old.taint.effect && kept == old.taint.time_added {
-                        Some(now)
+                        Some(now.whole_second())
                     } else {
-                        kept.or(Some(now))
+                        kept.or(Some(now.whole_second()))
                     };
             }
             None => {
                 if rule.uid.to_string().is_empty() {
                     rule.uid = noexecute_engine::Uid::new(&format!("planned-{}", rule.name));
                 }
-                rule.taint.time_added.get_or_insert(now);
+                rule.taint.time_added.get_or_insert(now.whole_second());
             }
         }
         pipeline.upsert_rule(rule, status, now);
@@ -830,6 +894,40 @@ mod tests {
         assert_eq!(row(&plan, "ns/p1").devices(), vec!["d/p/g1".to_string()]);
     }
 
+    /// A hypothetical device taint or rule is stamped as the API server stamps it, to the
+    /// second, so a pod tolerating it for 30 s goes up to a second before now + 30 s.
+    #[test]
+    fn hypothetical_device_taints_are_stamped_to_the_second() {
+        let now = Time::from_millis(1_000_000_750);
+        let policy = crate::adapters::policy::Policy::default();
+        for hypothesis in [
+            Hypothesis {
+                device_taints: ["g0", "g1"]
+                    .iter()
+                    .map(|d| parse_device_taint(&format!("d/p/{d}=k:NoExecute")))
+                    .collect::<Result<_, _>>()
+                    .unwrap_or_else(|e| panic!("{e}")),
+                ..Hypothesis::default()
+            },
+            Hypothesis {
+                rules: vec![ruled(serde_json::json!({"pool": "p"}), None)],
+                ..Hypothesis::default()
+            },
+        ] {
+            let plan = run(device_snapshot(), &hypothesis, now, None, &policy, false)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                row(&plan, "ns/p1").evicted_at,
+                Some(Time::from_secs(1_000_030)),
+                "{hypothesis:?}"
+            );
+            // Due within the second it was stamped in: at once, and not "overdue".
+            let p0 = row(&plan, "ns/p0");
+            assert_eq!(p0.evicted_at, Some(now), "{hypothesis:?}");
+            assert!(!p0.reason.contains("overdue"), "{}", p0.reason);
+        }
+    }
+
     fn ruled(
         selector: serde_json::Value,
         added: Option<&str>,
@@ -956,49 +1054,131 @@ mod tests {
         );
     }
 
+    fn rule_over(selector: serde_json::Value) -> crate::adapters::device::DeviceTaintRule {
+        let mut rule = serde_json::json!({
+            "metadata": {"name": "r"},
+            "spec": {"taint": {"key": "k", "effect": "NoExecute"}}
+        });
+        if !selector.is_null() {
+            rule["spec"]["deviceSelector"] = selector;
+        }
+        serde_json::from_value(rule).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn refusal(state: &ClusterState, hypothesis: Hypothesis) -> Option<String> {
+        hypothesis.resolve(state).err()
+    }
+
+    fn with_rules(rules: Vec<crate::adapters::device::DeviceTaintRule>) -> Hypothesis {
+        Hypothesis {
+            rules,
+            ..Hypothesis::default()
+        }
+    }
+
     /// A rule that selects nothing would plan no eviction: a typo must not read as "safe".
     #[test]
-    fn a_device_rule_selecting_no_published_device_is_refused() {
-        let rule = |selector: serde_json::Value| -> crate::adapters::device::DeviceTaintRule {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "r"},
-                "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoExecute"}}
-            }))
-            .unwrap_or_else(|e| panic!("{e}"))
-        };
-        let resolve = |rules| {
-            Hypothesis {
-                rules,
-                ..Hypothesis::default()
-            }
-            .resolve(&device_snapshot())
-            .err()
-        };
+    fn a_device_rule_selecting_no_device_is_refused() {
+        let state = device_snapshot();
         let refused = Some(
-            "--device-rule: DeviceTaintRule r selects no device in a ResourceSlice of snapshot snap.json"
+            "--device-rule: DeviceTaintRule r selects no device published or allocated in snapshot snap.json"
                 .to_string(),
         );
+        let rule = |selector| with_rules(vec![rule_over(selector)]);
         assert_eq!(
-            resolve(vec![rule(serde_json::json!({"driver": "other"}))]),
+            refusal(&state, rule(serde_json::json!({"driver": "other"}))),
             refused
         );
         assert_eq!(
-            resolve(vec![rule(serde_json::json!({"device": "g9"}))]),
+            refusal(&state, rule(serde_json::json!({"device": "g9"}))),
             refused
         );
         assert_eq!(
-            resolve(vec![rule(serde_json::Value::Null)]),
-            refused,
-            "no selector"
+            refusal(&state, rule(serde_json::Value::Null)).as_deref(),
+            Some("--device-rule: DeviceTaintRule r has no deviceSelector, so it selects no device")
         );
         // Positive controls: a device of the snapshot, and the empty selector (every device).
-        assert_eq!(
-            resolve(vec![rule(
-                serde_json::json!({"driver": "d", "pool": "p", "device": "g1"})
-            )]),
-            None
+        let one = serde_json::json!({"driver": "d", "pool": "p", "device": "g1"});
+        assert_eq!(refusal(&state, rule(one)), None);
+        assert_eq!(refusal(&state, rule(serde_json::json!({}))), None);
+    }
+
+    /// Rules taint allocated devices whether or not a slice still publishes them (a driver
+    /// gone, its pods still holding its devices): such a rule is planned, not refused.
+    #[test]
+    fn a_device_rule_over_allocated_but_unpublished_devices_is_planned() {
+        let mut state = device_snapshot();
+        state.slices.clear();
+        let hypothesis = with_rules(vec![rule_over(serde_json::json!({"pool": "p"}))]);
+        assert_eq!(refusal(&state, hypothesis.clone()), None);
+        let policy = crate::adapters::policy::Policy::default();
+        let now = Time::from_secs(1_000_000);
+        let plan = run(state.clone(), &hypothesis, now, None, &policy, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(row(&plan, "ns/p0").evicted_at, Some(now));
+        assert!(
+            refusal(
+                &state,
+                with_rules(vec![rule_over(serde_json::json!({"pool": "q"}))])
+            )
+            .is_some()
         );
-        assert_eq!(resolve(vec![rule(serde_json::json!({}))]), None);
+    }
+
+    /// Updating a rule that is there to select nothing previews taking its taint away.
+    #[test]
+    fn an_existing_rule_may_be_updated_to_select_nothing() {
+        let mut state = device_snapshot();
+        state
+            .rules
+            .push(rule_over(serde_json::json!({"device": "g0"})));
+        let nothing = with_rules(vec![rule_over(serde_json::json!({"device": "g9"}))]);
+        assert_eq!(refusal(&state, nothing), None);
+    }
+
+    /// A device only an older generation of its pool publishes is not published: the engine
+    /// reads the newest generation only, so tainting it would plan nothing.
+    #[test]
+    fn a_device_taint_on_an_old_generation_only_is_refused() {
+        let mut state = device_snapshot();
+        let mut newer = state.slices[0].clone();
+        newer.spec.pool.generation = 2;
+        newer.spec.devices.retain(|d| d.name != "g3");
+        state.slices.push(newer);
+        let taint = |d: &str| Hypothesis {
+            device_taints: vec![
+                parse_device_taint(&format!("d/p/{d}=k:NoExecute"))
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ],
+            ..Hypothesis::default()
+        };
+        assert_eq!(
+            refusal(&state, taint("g3")).as_deref(),
+            Some("--device-taint: device d/p/g3 is in no ResourceSlice of snapshot snap.json")
+        );
+        assert_eq!(refusal(&state, taint("g2")), None);
+    }
+
+    /// Without read access to the DRA objects, a device hypothesis says so, not "no device".
+    #[test]
+    fn device_hypotheses_without_access_say_so() {
+        let mut state = device_snapshot();
+        state.slices.clear();
+        state.claims.clear();
+        state.devices_unreadable = true;
+        let err = refusal(&state, with_rules(vec![rule_over(serde_json::json!({}))]));
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("not allowed to list")),
+            "{err:?}"
+        );
+        state.devices_unreadable = false;
+        let err = refusal(&state, with_rules(vec![rule_over(serde_json::json!({}))]));
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("it has no ResourceSlices or ResourceClaims")),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -121,12 +121,6 @@ struct SimPod {
     claim: bool,
 }
 
-/// A device taint's `timeAdded`: the API server keeps whole seconds (truncated), and for
-/// devices that stamp is the clock itself.
-fn whole_second(t: Time) -> Time {
-    Time::from_millis(t.as_millis() - t.as_millis().rem_euclid(1000))
-}
-
 /// The claim the simulator makes for a pod with devices.
 fn claim_name(pod: &str) -> String {
     format!("{pod}-devices")
@@ -224,7 +218,7 @@ pub fn stream(scenario: Scenario, opts: Options, out: &mut dyn FnMut(Entry)) -> 
                     taints: d
                         .taints
                         .iter()
-                        .map(|t| scenario::taint(t, whole_second(sim.now)))
+                        .map(|t| scenario::taint(t, sim.now.whole_second()))
                         .collect(),
                 })
                 .collect(),
@@ -698,7 +692,7 @@ impl Sim<'_> {
                 self.set_node(&r.node, taints);
             }
             Change::AddDeviceTaint(t) => {
-                let taint = scenario::taint(&t.taint, whole_second(self.now));
+                let taint = scenario::taint(&t.taint, self.now.whole_second());
                 self.edit_device(&t.driver, &t.pool, &t.device, |taints| {
                     add_or_replace(taints, taint)
                 });
@@ -720,7 +714,7 @@ impl Sim<'_> {
                         pool: s.pool,
                         device: s.device,
                     }),
-                    taint: scenario::taint(&r.taint, whole_second(self.now)),
+                    taint: scenario::taint(&r.taint, self.now.whole_second()),
                 };
                 // As `kubectl apply` updates a rule: the same object, its taint's timeAdded
                 // kept unless the effect changes (the API server's update strategy).
