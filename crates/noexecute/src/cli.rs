@@ -59,6 +59,9 @@ pub enum CliError {
     /// (exit 3).
     #[error("{0}")]
     NotFound(String),
+    /// The API server refused what the command needs (exit 4, as its own refusals).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The exit status of a failed command: 2 for a usage error, 3 when what was named is not
@@ -70,6 +73,7 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         match cause.downcast_ref::<CliError>() {
             Some(CliError::Usage(_)) => return 2,
             Some(CliError::NotFound(_)) => return 3,
+            Some(CliError::Refused(_)) => return 4,
             None => {}
         }
         if cause
@@ -370,6 +374,9 @@ fn version_command(args: VersionArgs) -> Result<ExitCode> {
 /// Every node `--taint` names must exist, every `--taint-selector` must match a node, and
 /// the device taints and rules must touch a device (`Hypothesis::resolve`).
 fn require_targets(state: &ClusterState, hypothesis: &plan::Hypothesis) -> Result<()> {
+    if state.devices_unreadable && hypothesis.has_devices() {
+        return Err(CliError::Refused(plan::DEVICES_UNREADABLE.into()).into());
+    }
     hypothesis
         .resolve(state)
         .map(|_| ())

@@ -87,7 +87,7 @@ async fn plan_and_explain_read_the_live_cluster() -> Result<()> {
 /// A live `plan` by someone allowed to list nodes and pods but not ResourceSlices,
 /// ResourceClaims or DeviceTaintRules (the API server serves `resource.k8s.io/v1`) still plans
 /// the node taints, and warns that device taints are left out; with the admin's rights
-/// (the control) there is no warning.
+/// (the control) there is no warning. A device hypothesis by that user is refused (exit 4).
 #[tokio::test]
 async fn a_live_plan_without_device_reads_warns_and_plans_the_nodes() -> Result<()> {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -152,5 +152,19 @@ async fn a_live_plan_without_device_reads_warns_and_plans_the_nodes() -> Result<
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains(warning), "{stderr}");
+    // A device hypothesis cannot be planned without them: refused as the API server refused
+    // (exit 4), saying why, rather than planned as if nothing were tainted.
+    let out = Command::new(env!("CARGO_BIN_EXE_noexecute"))
+        .args([
+            "plan",
+            "--kubeconfig",
+            reader.to_str().unwrap(),
+            "--device-taint",
+            "gpu.example.com/pool/gpu-0=example.com/ecc:NoExecute",
+        ])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("not allowed to list"), "{stderr}");
     ns.cleanup().await
 }

@@ -113,6 +113,9 @@ pub fn parse_device_taint(s: &str) -> Result<DeviceTaint, String> {
     })
 }
 
+/// Why a device hypothesis cannot be planned from a live read without the DRA objects.
+pub const DEVICES_UNREADABLE: &str = "--device-taint and --device-rule need ResourceSlices, ResourceClaims and DeviceTaintRules, which this user is not allowed to list";
+
 /// The hypothetical change: taints on named nodes and on nodes matching selectors; taints on
 /// named devices; DeviceTaintRules as if created now.
 #[derive(Clone, Debug, Default)]
@@ -172,12 +175,12 @@ impl Hypothesis {
     /// rule already there may select nothing: that previews taking its taint away.
     fn resolve_devices(&self, state: &ClusterState) -> Result<(), String> {
         if state.devices_unreadable {
-            return Err(
-                "--device-taint and --device-rule need ResourceSlices, ResourceClaims and DeviceTaintRules, which this user is not allowed to list"
-                    .into(),
-            );
+            return Err(DEVICES_UNREADABLE.into());
         }
-        let hint = if state.slices.is_empty() && state.claims.is_empty() {
+        let hint = if state.slices.is_empty()
+            && state.claims.is_empty()
+            && state.source.starts_with("snapshot ")
+        {
             " (it has no ResourceSlices or ResourceClaims; a snapshot takes them with kubectl get nodes,pods,resourceslices,resourceclaims,devicetaintrules -A -o json)"
         } else {
             ""
@@ -207,8 +210,18 @@ impl Hypothesis {
             .collect();
         for t in &self.device_taints {
             if !published.contains(&(t.driver.as_str(), t.pool.as_str(), t.device.as_str())) {
+                let older = state.slices.iter().any(|s| {
+                    s.spec.driver == t.driver
+                        && s.spec.pool.name == t.pool
+                        && s.spec.devices.iter().any(|d| d.name == t.device)
+                });
+                let place = if older {
+                    "only in an older generation of its pool (the newest does not publish it)"
+                } else {
+                    "in no ResourceSlice"
+                };
                 return Err(format!(
-                    "--device-taint: device {} is in no ResourceSlice of {}{hint}",
+                    "--device-taint: device {} is {place} of {}{hint}",
                     t.id(),
                     state.source
                 ));
@@ -1154,7 +1167,9 @@ mod tests {
         };
         assert_eq!(
             refusal(&state, taint("g3")).as_deref(),
-            Some("--device-taint: device d/p/g3 is in no ResourceSlice of snapshot snap.json")
+            Some(
+                "--device-taint: device d/p/g3 is only in an older generation of its pool (the newest does not publish it) of snapshot snap.json"
+            )
         );
         assert_eq!(refusal(&state, taint("g2")), None);
     }
