@@ -258,6 +258,17 @@ pub enum DeviceAction {
     Cancel { pod: PodKey, event: bool },
 }
 
+/// Where a device stands in its pool's slices ([`Devices::publication`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publication {
+    /// The pool's newest generation publishes it.
+    Current,
+    /// Only an older generation does, and older generations are ignored.
+    Older,
+    /// No slice of its pool names it (or the pool is unknown).
+    Unknown,
+}
+
 /// The slices of one driver's pool.
 #[derive(Clone, Debug, Default)]
 struct Pool {
@@ -422,6 +433,35 @@ impl Devices {
     /// added, changed or deleted).
     pub fn take_counts_changed(&mut self) -> bool {
         std::mem::take(&mut self.counts_changed)
+    }
+
+    /// Where the device stands in its pool's slices: only the pool's newest generation counts.
+    pub fn publication(&self, driver: &str, pool: &str, device: &str) -> Publication {
+        let Some(p) = self.pools.get(&(driver.to_owned(), pool.to_owned())) else {
+            return Publication::Unknown;
+        };
+        if p.device(device).is_some() {
+            Publication::Current
+        } else if p
+            .slices
+            .values()
+            .any(|s| s.devices.iter().any(|d| d.name == device))
+        {
+            Publication::Older
+        } else {
+            Publication::Unknown
+        }
+    }
+
+    /// Every device its pool's newest generation publishes, as (driver, pool, device).
+    pub fn published(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.pools.iter().flat_map(|((driver, pool), p)| {
+            p.current().flat_map(move |s| {
+                s.devices
+                    .iter()
+                    .map(move |d| (driver.as_str(), pool.as_str(), d.name.as_str()))
+            })
+        })
     }
 
     /// (published devices, devices with a `NoExecute` taint from their slice or a rule): the

@@ -1473,3 +1473,45 @@ fn a_slice_that_changes_pools_leaves_the_old_one() {
     assert_eq!(o.cancel_events, vec![key()]);
     assert_never(o);
 }
+
+/// Not an upstream case: what `plan` asks before it previews a device taint or a rule. Only a
+/// pool's newest generation publishes; a device only an older one names is told apart.
+#[test]
+fn publication_follows_the_newest_generation() {
+    use noexecute_engine::device::Publication;
+    let mut devices = Devices::new();
+    devices.upsert_slice(slice_named("old", 1, vec![]));
+    let mut newer = slice_named("new", 2, vec![]);
+    newer.devices.retain(|d| d.name != "instance");
+    devices.upsert_slice(newer);
+    assert_eq!(
+        devices.publication(DRIVER, POOL, "instance-no-schedule"),
+        Publication::Current
+    );
+    assert_eq!(
+        devices.publication(DRIVER, POOL, "instance"),
+        Publication::Older
+    );
+    assert_eq!(
+        devices.publication(DRIVER, POOL, "nothing"),
+        Publication::Unknown
+    );
+    assert_eq!(
+        devices.publication(DRIVER, "another-pool", "instance"),
+        Publication::Unknown
+    );
+    let published: Vec<_> = devices.published().collect();
+    assert_eq!(
+        published,
+        vec![
+            (DRIVER, POOL, "instance-no-schedule"),
+            (DRIVER, POOL, "instance-no-execute"),
+        ]
+    );
+    devices.delete_slice("new");
+    assert_eq!(
+        devices.publication(DRIVER, POOL, "instance"),
+        Publication::Current
+    );
+    assert_eq!(devices.published().count(), 3);
+}

@@ -374,13 +374,13 @@ fn version_command(args: VersionArgs) -> Result<ExitCode> {
 /// Every node `--taint` names must exist, every `--taint-selector` must match a node, and
 /// the device taints and rules must touch a device (`Hypothesis::resolve`).
 fn require_targets(state: &ClusterState, hypothesis: &plan::Hypothesis) -> Result<()> {
-    if state.devices_unreadable && hypothesis.has_devices() {
-        return Err(CliError::Refused(plan::DEVICES_UNREADABLE.into()).into());
+    match hypothesis.resolve(state) {
+        Ok(_) => Ok(()),
+        Err(e @ plan::Unresolved::DevicesUnreadable) => {
+            Err(CliError::Refused(e.to_string()).into())
+        }
+        Err(plan::Unresolved::NotFound(what)) => Err(CliError::NotFound(what).into()),
     }
-    hypothesis
-        .resolve(state)
-        .map(|_| ())
-        .map_err(|e| CliError::NotFound(e).into())
 }
 
 fn status_command(args: StatusArgs) -> Result<ExitCode> {

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use noexecute_engine::device::{DeviceAction, PodDeviceTaint};
+use noexecute_engine::device::{DeviceAction, PodDeviceTaint, Publication};
 use noexecute_engine::pipeline::Watched;
 use noexecute_engine::taint::add_or_replace;
 use noexecute_engine::toleration::{TolerationTime, first_tolerating};
@@ -113,8 +113,24 @@ pub fn parse_device_taint(s: &str) -> Result<DeviceTaint, String> {
     })
 }
 
-/// Why a device hypothesis cannot be planned from a live read without the DRA objects.
-pub const DEVICES_UNREADABLE: &str = "--device-taint and --device-rule need ResourceSlices, ResourceClaims and DeviceTaintRules, which this user is not allowed to list";
+/// Why a hypothesis cannot be planned against the cluster ([`Hypothesis::resolve`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Unresolved {
+    /// A node, a device or nodes or devices matching a selector are not there.
+    #[error("{0}")]
+    NotFound(String),
+    /// A live read could not see the DRA objects: the API server refused to list them.
+    #[error(
+        "--device-taint and --device-rule need ResourceSlices, ResourceClaims and DeviceTaintRules, which this user is not allowed to list"
+    )]
+    DevicesUnreadable,
+}
+
+impl From<Unresolved> for String {
+    fn from(e: Unresolved) -> String {
+        e.to_string()
+    }
+}
 
 /// The hypothetical change: taints on named nodes and on nodes matching selectors; taints on
 /// named devices; DeviceTaintRules as if created now.
@@ -130,7 +146,10 @@ impl Hypothesis {
     /// Node → taints to add, checked against the cluster: every named node must exist and
     /// every selector must match at least one node; the device taints and rules must touch a
     /// device ([`Hypothesis::resolve_devices`]).
-    pub fn resolve(&self, state: &ClusterState) -> Result<BTreeMap<String, Vec<Taint>>, String> {
+    pub fn resolve(
+        &self,
+        state: &ClusterState,
+    ) -> Result<BTreeMap<String, Vec<Taint>>, Unresolved> {
         let mut out: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
         let names: BTreeSet<&str> = state
             .nodes
@@ -139,10 +158,10 @@ impl Hypothesis {
             .collect();
         for t in &self.taints {
             if !names.contains(t.node.as_str()) {
-                return Err(format!(
+                return Err(Unresolved::NotFound(format!(
                     "--taint: node {} is not in {}",
                     t.node, state.source
-                ));
+                )));
             }
             out.entry(t.node.clone()).or_default().push(t.taint.clone());
         }
@@ -157,10 +176,10 @@ impl Hypothesis {
                 }
             }
             if matched == 0 {
-                return Err(format!(
+                return Err(Unresolved::NotFound(format!(
                     "--taint-selector: {selector} matches no node in {}",
                     state.source
-                ));
+                )));
             }
         }
         if self.has_devices() {
@@ -173,9 +192,9 @@ impl Hypothesis {
     /// its pool's current generation, and each new `--device-rule` selects a published or an
     /// allocated device (rules apply to allocated devices, published or not). An update of a
     /// rule already there may select nothing: that previews taking its taint away.
-    fn resolve_devices(&self, state: &ClusterState) -> Result<(), String> {
+    fn resolve_devices(&self, state: &ClusterState) -> Result<(), Unresolved> {
         if state.devices_unreadable {
-            return Err(DEVICES_UNREADABLE.into());
+            return Err(Unresolved::DevicesUnreadable);
         }
         let hint = if state.slices.is_empty()
             && state.claims.is_empty()
@@ -185,47 +204,24 @@ impl Hypothesis {
         } else {
             ""
         };
-        let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+        // The engine decides which generation of a pool counts, as it does in `run`.
+        let mut devices = noexecute_engine::device::Devices::new();
         for s in &state.slices {
-            let g = newest
-                .entry((&s.spec.driver, &s.spec.pool.name))
-                .or_insert(s.spec.pool.generation);
-            *g = (*g).max(s.spec.pool.generation);
+            devices.upsert_slice(s.observe());
         }
-        let published: BTreeSet<(&str, &str, &str)> = state
-            .slices
-            .iter()
-            .filter(|s| {
-                newest.get(&(&*s.spec.driver, &*s.spec.pool.name)) == Some(&s.spec.pool.generation)
-            })
-            .flat_map(|s| {
-                s.spec.devices.iter().map(|d| {
-                    (
-                        s.spec.driver.as_str(),
-                        s.spec.pool.name.as_str(),
-                        d.name.as_str(),
-                    )
-                })
-            })
-            .collect();
         for t in &self.device_taints {
-            if !published.contains(&(t.driver.as_str(), t.pool.as_str(), t.device.as_str())) {
-                let older = state.slices.iter().any(|s| {
-                    s.spec.driver == t.driver
-                        && s.spec.pool.name == t.pool
-                        && s.spec.devices.iter().any(|d| d.name == t.device)
-                });
-                let place = if older {
+            let place = match devices.publication(&t.driver, &t.pool, &t.device) {
+                Publication::Current => continue,
+                Publication::Older => {
                     "only in an older generation of its pool (the newest does not publish it)"
-                } else {
-                    "in no ResourceSlice"
-                };
-                return Err(format!(
-                    "--device-taint: device {} is {place} of {}{hint}",
-                    t.id(),
-                    state.source
-                ));
-            }
+                }
+                Publication::Unknown => "in no ResourceSlice",
+            };
+            return Err(Unresolved::NotFound(format!(
+                "--device-taint: device {} is {place} of {}{hint}",
+                t.id(),
+                state.source
+            )));
         }
         let allocated: Vec<noexecute_engine::device::AllocatedDevice> = state
             .claims
@@ -244,22 +240,22 @@ impl Hypothesis {
                 continue;
             }
             let Some(selector) = &rule.selector else {
-                return Err(format!(
+                return Err(Unresolved::NotFound(format!(
                     "--device-rule: DeviceTaintRule {} has no deviceSelector, so it selects no device",
                     rule.name
-                ));
+                )));
             };
-            let selects = published
-                .iter()
+            let selects = devices
+                .published()
                 .any(|(driver, pool, device)| selector.selects(driver, pool, device))
                 || allocated
                     .iter()
                     .any(|d| selector.selects(&d.driver, &d.pool, &d.device));
             if !selects {
-                return Err(format!(
+                return Err(Unresolved::NotFound(format!(
                     "--device-rule: DeviceTaintRule {} selects no device published or allocated in {}{hint}",
                     rule.name, state.source
-                ));
+                )));
             }
         }
         Ok(())
@@ -941,6 +937,7 @@ mod tests {
         }
     }
 
+    /// DeviceTaintRule `r` over `selector` (null: it has none), its taint added at `added`.
     fn ruled(
         selector: serde_json::Value,
         added: Option<&str>,
@@ -1060,26 +1057,18 @@ mod tests {
             ],
             ..Hypothesis::default()
         };
-        let err = hypothesis.resolve(&device_snapshot()).err();
+        let err = hypothesis
+            .resolve(&device_snapshot())
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("--device-taint: device d/p/g9 is in no ResourceSlice of snapshot snap.json")
         );
     }
 
-    fn rule_over(selector: serde_json::Value) -> crate::adapters::device::DeviceTaintRule {
-        let mut rule = serde_json::json!({
-            "metadata": {"name": "r"},
-            "spec": {"taint": {"key": "k", "effect": "NoExecute"}}
-        });
-        if !selector.is_null() {
-            rule["spec"]["deviceSelector"] = selector;
-        }
-        serde_json::from_value(rule).unwrap_or_else(|e| panic!("{e}"))
-    }
-
     fn refusal(state: &ClusterState, hypothesis: Hypothesis) -> Option<String> {
-        hypothesis.resolve(state).err()
+        hypothesis.resolve(state).err().map(|e| e.to_string())
     }
 
     fn with_rules(rules: Vec<crate::adapters::device::DeviceTaintRule>) -> Hypothesis {
@@ -1097,7 +1086,7 @@ mod tests {
             "--device-rule: DeviceTaintRule r selects no device published or allocated in snapshot snap.json"
                 .to_string(),
         );
-        let rule = |selector| with_rules(vec![rule_over(selector)]);
+        let rule = |selector| with_rules(vec![ruled(selector, None)]);
         assert_eq!(
             refusal(&state, rule(serde_json::json!({"driver": "other"}))),
             refused
@@ -1122,7 +1111,7 @@ mod tests {
     fn a_device_rule_over_allocated_but_unpublished_devices_is_planned() {
         let mut state = device_snapshot();
         state.slices.clear();
-        let hypothesis = with_rules(vec![rule_over(serde_json::json!({"pool": "p"}))]);
+        let hypothesis = with_rules(vec![ruled(serde_json::json!({"pool": "p"}), None)]);
         assert_eq!(refusal(&state, hypothesis.clone()), None);
         let policy = crate::adapters::policy::Policy::default();
         let now = Time::from_secs(1_000_000);
@@ -1132,7 +1121,7 @@ mod tests {
         assert!(
             refusal(
                 &state,
-                with_rules(vec![rule_over(serde_json::json!({"pool": "q"}))])
+                with_rules(vec![ruled(serde_json::json!({"pool": "q"}), None)])
             )
             .is_some()
         );
@@ -1144,8 +1133,8 @@ mod tests {
         let mut state = device_snapshot();
         state
             .rules
-            .push(rule_over(serde_json::json!({"device": "g0"})));
-        let nothing = with_rules(vec![rule_over(serde_json::json!({"device": "g9"}))]);
+            .push(ruled(serde_json::json!({"device": "g0"}), None));
+        let nothing = with_rules(vec![ruled(serde_json::json!({"device": "g9"}), None)]);
         assert_eq!(refusal(&state, nothing), None);
     }
 
@@ -1155,6 +1144,7 @@ mod tests {
     fn a_device_taint_on_an_old_generation_only_is_refused() {
         let mut state = device_snapshot();
         let mut newer = state.slices[0].clone();
+        newer.metadata.name = format!("{}-2", newer.metadata.name);
         newer.spec.pool.generation = 2;
         newer.spec.devices.retain(|d| d.name != "g3");
         state.slices.push(newer);
@@ -1181,14 +1171,14 @@ mod tests {
         state.slices.clear();
         state.claims.clear();
         state.devices_unreadable = true;
-        let err = refusal(&state, with_rules(vec![rule_over(serde_json::json!({}))]));
+        let err = refusal(&state, with_rules(vec![ruled(serde_json::json!({}), None)]));
         assert!(
             err.as_deref()
                 .is_some_and(|e| e.contains("not allowed to list")),
             "{err:?}"
         );
         state.devices_unreadable = false;
-        let err = refusal(&state, with_rules(vec![rule_over(serde_json::json!({}))]));
+        let err = refusal(&state, with_rules(vec![ruled(serde_json::json!({}), None)]));
         assert!(
             err.as_deref()
                 .is_some_and(|e| e.contains("it has no ResourceSlices or ResourceClaims")),
