@@ -56,6 +56,11 @@ struct Args {
     /// medians beside each run's table.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
+    /// Start each controller this many times on the same population, each start timed to
+    /// synced with its own canary and stopped before the next; time to synced and the CPU
+    /// figures until then are the medians. The mass taint follows the last start.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    starts: u32,
     /// Write both outcomes and the table here as JSON.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -81,6 +86,7 @@ async fn main() -> Result<()> {
         noexecute_args: args.noexecute_args.clone(),
         kcm_args: args.kcm_args.clone(),
         taint_share: args.taint_share,
+        starts: args.starts as usize,
     };
     if let Some(only) = &args.only {
         let which = if only == "upstream" {

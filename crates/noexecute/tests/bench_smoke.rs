@@ -1,7 +1,7 @@
 //! The side-by-side benchmark, small: 20 nodes × 10 realistic pods through upstream's
 //! taint-eviction-controller and through noexecute, each on a fresh plane, half the nodes
-//! tainted. Both must evict exactly the same pods, with nothing wrong (a pod tolerating
-//! forever, or on an untainted node) and nothing missed. (Timing and resource figures
+//! tainted, each controller started twice. Both must evict exactly the same pods, with
+//! nothing wrong (a pod tolerating forever, or on an untainted node) and nothing missed. (Timing and resource figures
 //! come from `bench/run` at larger scales; see docs/benchmarks.md.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,6 +24,8 @@ async fn both_controllers_evict_exactly_the_same_pods() -> anyhow::Result<()> {
         noexecute_args: Vec::new(),
         kcm_args: Vec::new(),
         taint_share: 0.5,
+        // Two starts: the second finds the first's canary gone and evicts its own.
+        starts: 2,
     };
     let upstream = run(Which::Upstream, &opts).await?;
     let ours = run(Which::Noexecute, &opts).await?;
@@ -44,5 +46,7 @@ async fn both_controllers_evict_exactly_the_same_pods() -> anyhow::Result<()> {
         "90% of the 100 pods on the 10 tainted nodes"
     );
     assert_eq!(upstream.evicted_names, ours.evicted_names, "the same pods");
+    assert_eq!(upstream.synced.len(), 2, "upstream synced twice");
+    assert_eq!(ours.synced.len(), 2, "noexecute synced twice");
     Ok(())
 }
