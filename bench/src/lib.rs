@@ -402,7 +402,7 @@ enum Running {
 
 /// Start the controller with the run's client limits: upstream's as kube-controller-manager
 /// running only taint-eviction-controller, noexecute as `noexecute run`.
-fn start_controller(which: Which, opts: &Options, plane: &Plane) -> Result<Running> {
+fn start_controller(which: Which, opts: &Options, plane: &Plane, n: usize) -> Result<Running> {
     let qps = format!("{}", opts.qps);
     let burst = format!("{}", opts.burst);
     Ok(match which {
@@ -428,10 +428,31 @@ fn start_controller(which: Which, opts: &Options, plane: &Plane) -> Result<Runni
                 &burst,
             ];
             args.extend(opts.noexecute_args.iter().map(String::as_str));
-            let c = Controller::start(plane, &opts.binary, "bench", &args)?;
+            let c = Controller::start(plane, &opts.binary, &format!("bench-{n}"), &args)?;
             Running::Noexecute(Box::new(c))
         }
     })
+}
+
+/// Keep noexecute's logs (one per start) in `target/bench-logs/`: the plane's directory goes
+/// with the next run.
+fn keep_logs(plane: &Plane) {
+    let Some(target) = plane.state_dir.parent() else {
+        return;
+    };
+    let kept = target.join("bench-logs");
+    let Ok(entries) = std::fs::read_dir(&plane.state_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("controller-")
+            && std::fs::create_dir_all(&kept).is_ok()
+            && std::fs::copy(entry.path(), kept.join(&name)).is_ok()
+        {
+            eprintln!("kept {}", kept.join(&name).display());
+        }
+    }
 }
 
 /// Stop the controller between two starts.
@@ -449,6 +470,7 @@ pub async fn run(which: Which, opts: &Options) -> Result<Outcome> {
     Plane::reset(&name)?;
     let plane = Plane::up(&name, &[])?;
     let result = measure(which, opts, &plane).await;
+    keep_logs(&plane);
     let _ = plane.down();
     result
 }
@@ -545,7 +567,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
 
         let apiserver_start = apiserver_cpu()?;
         let start = Instant::now();
-        let running = start_controller(which, opts, plane)?;
+        let running = start_controller(which, opts, plane, n)?;
         let pid = match &running {
             Running::Upstream => plane.pid("kube-controller-manager"),
             Running::Noexecute(c) => c.pid(),
