@@ -150,6 +150,10 @@ impl Hypothesis {
         &self,
         state: &ClusterState,
     ) -> Result<BTreeMap<String, Vec<Taint>>, Unresolved> {
+        // First: without the DRA objects, nothing else about a device hypothesis can be said.
+        if self.has_devices() && state.devices_unreadable {
+            return Err(Unresolved::DevicesUnreadable);
+        }
         let mut out: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
         let names: BTreeSet<&str> = state
             .nodes
@@ -193,9 +197,6 @@ impl Hypothesis {
     /// allocated device (rules apply to allocated devices, published or not). An update of a
     /// rule already there may select nothing: that previews taking its taint away.
     fn resolve_devices(&self, state: &ClusterState) -> Result<(), Unresolved> {
-        if state.devices_unreadable {
-            return Err(Unresolved::DevicesUnreadable);
-        }
         let hint = if state.slices.is_empty()
             && state.claims.is_empty()
             && state.source.starts_with("snapshot ")
@@ -1176,6 +1177,16 @@ mod tests {
             err.as_deref()
                 .is_some_and(|e| e.contains("not allowed to list")),
             "{err:?}"
+        );
+        // Said before a missing node is: the refusal's exit status (4) does not depend on
+        // the rest of the command line.
+        let mut both = with_rules(vec![ruled(serde_json::json!({}), None)]);
+        both.taints =
+            vec![parse_node_taint("nowhere=k:NoExecute").unwrap_or_else(|e| panic!("{e}"))];
+        assert!(
+            matches!(both.resolve(&state), Err(Unresolved::DevicesUnreadable)),
+            "{:?}",
+            both.resolve(&state).err()
         );
         state.devices_unreadable = false;
         let err = refusal(&state, with_rules(vec![ruled(serde_json::json!({}), None)]));
