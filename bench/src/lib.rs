@@ -111,13 +111,14 @@ pub struct Outcome {
     pub args: Vec<String>,
     /// Nodes tainted (the rest are left alone).
     pub tainted_nodes: usize,
-    /// From starting the controller to its first eviction (of a canary on a node tainted
-    /// before the start), in seconds: the initial list, sync and one eviction.
+    /// From the controller process's start to its first eviction (of a canary on a node
+    /// tainted before the start), in seconds: the initial list, sync and one eviction. With
+    /// `--starts`, the median of the starts.
     pub time_to_synced_s: f64,
-    /// User + system CPU seconds from the start to that first eviction.
+    /// User + system CPU seconds from the start to that first eviction (the median of the
+    /// starts, taken on its own).
     pub cpu_initial_s: f64,
-    /// Each start's figures, when the controller was started more than once on the same
-    /// population (`--starts`); the three figures above are their medians.
+    /// Each start's figures (one with `--starts 1`); with `--repeat`, every run's.
     pub synced: Vec<Synced>,
     /// Taint to the last untolerated pod evicted, in seconds.
     /// (With spread taints: from the first taint.)
@@ -131,8 +132,9 @@ pub struct Outcome {
     pub rss_peak_mib: f64,
     /// User + system CPU seconds from the mass taint to the end of the run.
     pub cpu_s: f64,
-    /// kube-apiserver's user + system CPU seconds from the controller's start to synced: its
-    /// initial lists and the start of its watches.
+    /// kube-apiserver's user + system CPU seconds from the harness's call to start the
+    /// controller to synced: its initial lists and the start of its watches (the median of
+    /// the starts, taken on its own).
     pub apiserver_cpu_initial_s: f64,
     /// kube-apiserver's user + system CPU seconds from the mass taint to the end of the run
     /// (the harness's taints and its metadata watch are in both controllers' figures).
@@ -162,8 +164,13 @@ pub struct Outcome {
 /// One start of the controller to its first eviction (the canary's).
 #[derive(Clone, Debug, Serialize)]
 pub struct Synced {
-    /// From the start to the canary's eviction, seconds.
+    /// From the process's start (its start time in `/proc`) to the canary's eviction seen by
+    /// the harness, seconds.
     pub time_s: f64,
+    /// From the harness's call to start the controller to the process's start: for upstream,
+    /// `scripts/cluster` checking the plane before it starts kube-controller-manager. Not in
+    /// `time_s`.
+    pub launch_s: f64,
     /// The controller's user + system CPU seconds until then.
     pub cpu_s: f64,
     /// The API server's user + system CPU seconds until then.
@@ -305,7 +312,30 @@ fn process_stats(pid: u32) -> Result<(f64, f64, f64)> {
     Ok((cpu, kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0))
 }
 
-/// `apiserver_request_total`, summed by "VERB resource[/subresource]".
+/// How long the process has run, in seconds: `/proc/uptime` less its start time
+/// (`/proc/PID/stat` field 22, in clock ticks of 1/100 s since boot). 10 ms resolution.
+fn running_for(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("unexpected /proc stat")?;
+    // `rest` starts at field 3, so field 22 is at index 19.
+    let started = rest
+        .split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse::<f64>().ok())
+        .context("no start time in /proc stat")?
+        / 100.0;
+    let uptime = std::fs::read_to_string("/proc/uptime")?;
+    let up = uptime
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse::<f64>().ok())
+        .context("unexpected /proc/uptime")?;
+    Ok(up - started)
+}
+
 /// The API server's request counters, and the seconds it spent serving them, by "VERB
 /// resource[/subresource]" (`apiserver_request_total`, `apiserver_request_duration_seconds`).
 #[derive(Default)]
@@ -434,24 +464,36 @@ fn start_controller(which: Which, opts: &Options, plane: &Plane, n: usize) -> Re
     })
 }
 
-/// Keep noexecute's logs (one per start) in `target/bench-logs/`: the plane's directory goes
-/// with the next run.
+/// Keep noexecute's logs of the last run (one per start) in `target/bench-logs/PLANE/`: the
+/// plane's directory goes with the next run. A failure to keep them is reported, not fatal.
 fn keep_logs(plane: &Plane) {
-    let Some(target) = plane.state_dir.parent() else {
-        return;
-    };
-    let kept = target.join("bench-logs");
-    let Ok(entries) = std::fs::read_dir(&plane.state_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with("controller-")
-            && std::fs::create_dir_all(&kept).is_ok()
-            && std::fs::copy(entry.path(), kept.join(&name)).is_ok()
-        {
-            eprintln!("kept {}", kept.join(&name).display());
+    let kept = repo_root()
+        .join("target")
+        .join("bench-logs")
+        .join(&plane.name);
+    let result = (|| -> Result<usize> {
+        if kept.exists() {
+            std::fs::remove_dir_all(&kept)?;
         }
+        let mut copied = 0;
+        for entry in std::fs::read_dir(&plane.state_dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with("controller-") {
+                std::fs::create_dir_all(&kept)?;
+                std::fs::copy(entry.path(), kept.join(&name))?;
+                copied += 1;
+            }
+        }
+        Ok(copied)
+    })();
+    match result {
+        Ok(0) => {}
+        Ok(n) => eprintln!("kept the controller's {n} log(s) in {}", kept.display()),
+        Err(e) => eprintln!(
+            "could not keep the controller's logs in {}: {e:#}",
+            kept.display()
+        ),
     }
 }
 
@@ -582,7 +624,9 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
             }
             if is_evicted(&pods_api, &canary).await? {
                 let (cpu, _, _) = process_stats(pid)?;
-                break (start.elapsed().as_secs_f64(), cpu);
+                // From the process's own start: upstream's launch (scripts/cluster, which
+                // checks the plane first) is not the controller's time.
+                break (running_for(pid)?, cpu);
             }
             if Instant::now() > synced_by {
                 bail!("[{which}] the controller did not evict {canary} within 600 s");
@@ -590,11 +634,13 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let apiserver_cpu_s = apiserver_cpu()? - apiserver_start;
+        let launch_s = (start.elapsed().as_secs_f64() - time_s).max(0.0);
         eprintln!(
-            "[{which}] start {n}/{starts} synced: {canary} evicted {time_s:.1} s after the start, {cpu_s:.1} s CPU (API server {apiserver_cpu_s:.1} s)"
+            "[{which}] start {n}/{starts} synced: {canary} evicted {time_s:.2} s after the process started ({launch_s:.2} s launching it before that), {cpu_s:.1} s CPU (API server {apiserver_cpu_s:.1} s)"
         );
         synced.push(Synced {
             time_s,
+            launch_s,
             cpu_s,
             apiserver_cpu_s,
         });
@@ -1079,12 +1125,12 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             let times: Vec<String> = o
                 .synced
                 .iter()
-                .map(|x| format!("{:.1}", x.time_s))
+                .map(|x| format!("{:.2}", x.time_s))
                 .collect();
             format!("{} s", times.join(", "))
         };
         s.push_str(&format!(
-            "| time to synced, each start on the same population (the median is above) | {} | {} | |\n",
+            "| time to synced, each start (the median is above) | {} | {} | |\n",
             each(upstream),
             each(ours)
         ));
@@ -1119,6 +1165,8 @@ pub fn medians(runs: &[Outcome]) -> Option<Outcome> {
         apiserver_cpu_initial_s: m(|o| o.apiserver_cpu_initial_s),
         apiserver_cpu_s: m(|o| o.apiserver_cpu_s),
         evicted: m(|o| o.evicted as f64) as usize,
+        // Every run's starts, not a median.
+        synced: runs.iter().flat_map(|o| o.synced.clone()).collect(),
         // Not a median: the slowest of all runs.
         slowest: runs
             .iter()
