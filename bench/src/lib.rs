@@ -284,23 +284,31 @@ fn tolerations(class: Class, seconds: i64) -> Vec<Toleration> {
     }
 }
 
-/// (utime + stime) seconds and (VmRSS, VmHWM) MiB of a process, from /proc.
-fn process_stats(pid: u32) -> Result<(f64, f64, f64)> {
+/// The fields of `/proc/PID/stat` from the third (state) on, so that field n is at index
+/// n - 3. The command name before them may hold spaces and parentheses, so the split is
+/// after its last `)`.
+fn stat_fields(pid: u32) -> Result<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
     let rest = stat
         .rsplit_once(')')
         .map(|(_, r)| r)
         .context("unexpected /proc stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // `rest` starts at field 3 (state), so field n is at index n - 3.
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    Ok(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Field `n` (1-based, as in proc(5)) of [`stat_fields`], as a number.
+fn stat_field(fields: &[String], n: usize) -> Result<f64> {
+    fields
+        .get(n - 3)
+        .and_then(|v| v.parse::<f64>().ok())
+        .with_context(|| format!("no field {n} in /proc stat"))
+}
+
+/// (utime + stime) seconds and (VmRSS, VmHWM) MiB of a process, from /proc.
+fn process_stats(pid: u32) -> Result<(f64, f64, f64)> {
+    let fields = stat_fields(pid)?;
+    // utime and stime, in clock ticks of 1/100 s.
+    let cpu = (stat_field(&fields, 14)? + stat_field(&fields, 15)?) / 100.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib = |key: &str| {
         status
@@ -313,20 +321,9 @@ fn process_stats(pid: u32) -> Result<(f64, f64, f64)> {
 }
 
 /// How long the process has run, in seconds: `/proc/uptime` less its start time
-/// (`/proc/PID/stat` field 22, in clock ticks of 1/100 s since boot). 10 ms resolution.
+/// (field 22, in clock ticks of 1/100 s since boot). 10 ms resolution.
 fn running_for(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("unexpected /proc stat")?;
-    // `rest` starts at field 3, so field 22 is at index 19.
-    let started = rest
-        .split_whitespace()
-        .nth(19)
-        .and_then(|v| v.parse::<f64>().ok())
-        .context("no start time in /proc stat")?
-        / 100.0;
+    let started = stat_field(&stat_fields(pid)?, 22)? / 100.0;
     let uptime = std::fs::read_to_string("/proc/uptime")?;
     let up = uptime
         .split_whitespace()
@@ -647,12 +644,12 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         if n < starts {
             stop_controller(running, plane).await?;
             // Gone, so that the next start has only its own canary to evict.
-            let now = kube::api::DeleteParams {
+            let no_grace = kube::api::DeleteParams {
                 grace_period_seconds: Some(0),
                 ..kube::api::DeleteParams::default()
             };
             // A canary tolerates no grace period: its eviction usually deleted it already.
-            match pods_api.delete(&canary, &now).await {
+            match pods_api.delete(&canary, &no_grace).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e).with_context(|| format!("deleting pod {canary}")),
@@ -1200,5 +1197,19 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn this_process_s_stat_reads_as_running_and_using_cpu() {
+        let me = std::process::id();
+        // Spend a little CPU so that utime + stime has something to count.
+        let spun: u64 = (0..5_000_000u64).fold(0, |a, b| a.wrapping_add(b * b));
+        assert_ne!(spun, 1);
+        let (cpu, rss, hwm) = process_stats(me).unwrap_or_else(|e| panic!("{e}"));
+        assert!(cpu >= 0.0 && rss > 0.0 && hwm >= rss, "{cpu} {rss} {hwm}");
+        let up = running_for(me).unwrap_or_else(|e| panic!("{e}"));
+        // Started since boot and no longer ago than the machine has been up.
+        assert!((0.0..1e7).contains(&up), "{up}");
+        assert!(stat_field(&stat_fields(me).unwrap_or_else(|e| panic!("{e}")), 999).is_err());
     }
 }
