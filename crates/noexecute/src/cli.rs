@@ -372,10 +372,14 @@ fn version_command(args: VersionArgs) -> Result<ExitCode> {
 }
 
 /// Every node `--taint` names must exist, every `--taint-selector` must match a node, and
-/// the device taints and rules must touch a device (`Hypothesis::resolve`).
-fn require_targets(state: &ClusterState, hypothesis: &plan::Hypothesis) -> Result<()> {
+/// the device taints and rules must touch a device (`Hypothesis::resolve`): the hypothesis
+/// checked against `state`, or the error and exit status that say why not.
+fn require_targets<'h>(
+    state: &ClusterState,
+    hypothesis: &'h plan::Hypothesis,
+) -> Result<plan::Resolved<'h>> {
     match hypothesis.resolve(state) {
-        Ok(_) => Ok(()),
+        Ok(resolved) => Ok(resolved),
         Err(e @ plan::Unresolved::DevicesUnreadable) => {
             Err(CliError::Refused(e.to_string()).into())
         }
@@ -548,7 +552,7 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
         keys.extend(sel.keys().map(str::to_string));
     }
     let state = args.source.load(&labels)?;
-    require_targets(&state, &hypothesis)?;
+    let resolved = require_targets(&state, &hypothesis)?;
     let shown: Option<std::collections::HashSet<String>> = selector.map(|sel| {
         state
             .pods
@@ -569,7 +573,7 @@ fn plan_command(args: PlanArgs) -> Result<ExitCode> {
         .map(|u| now.plus(std::time::Duration::from_millis(u.0.unsigned_abs())));
     let result = plan::run(
         state,
-        &hypothesis,
+        &resolved,
         now,
         horizon,
         &policy,
@@ -619,11 +623,11 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
     }) {
         return Err(CliError::NotFound(format!("pod {pod} is not in {}", state.source)).into());
     }
-    require_targets(&state, &hypothesis)?;
+    let resolved = require_targets(&state, &hypothesis)?;
     let now = wall_clock();
     let explanation = explain::explain(
         state,
-        &hypothesis,
+        &resolved,
         &pod,
         now,
         &policy,

@@ -12,7 +12,7 @@ use noexecute_engine::toleration::first_tolerating;
 use serde::Serialize;
 
 use crate::adapters::convert;
-use crate::offline::plan::{self, Hypothesis};
+use crate::offline::plan::{self, Resolved};
 use crate::offline::state::ClusterState;
 
 /// Why a pod would be evicted or not, as data (`-o json|yaml`) and as text.
@@ -95,7 +95,7 @@ pub struct Decision {
 
 pub fn explain(
     state: ClusterState,
-    hypothesis: &Hypothesis,
+    resolved: &Resolved<'_>,
     target: &str,
     now: Time,
     policy: &crate::adapters::policy::Policy,
@@ -131,7 +131,7 @@ pub fn explain(
     let Some(node_name) = obs.node_name.clone() else {
         return Ok(out);
     };
-    let added = hypothesis.resolve(&state)?;
+    let added = resolved.added();
     let node = state
         .nodes
         .iter()
@@ -173,7 +173,7 @@ pub fn explain(
     out.estimated = no_execute
         .iter()
         .any(|t| t.time_added.is_some_and(|a| a < now));
-    let result = plan::run(state, hypothesis, now, None, policy, comparison_operators)?;
+    let result = plan::run(state, resolved, now, None, policy, comparison_operators)?;
     let row = result.rows.iter().find(|r| r.pod == target);
     out.device_taints = row
         .into_iter()

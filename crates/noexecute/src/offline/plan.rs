@@ -132,6 +132,27 @@ impl From<Unresolved> for String {
     }
 }
 
+/// A hypothesis checked against one cluster state ([`Hypothesis::resolve`]): the node taints
+/// it adds, by node. [`run`] and [`crate::offline::explain::explain`] take this, so the check is
+/// made once and cannot be skipped.
+#[derive(Debug)]
+pub struct Resolved<'h> {
+    hypothesis: &'h Hypothesis,
+    added: BTreeMap<String, Vec<Taint>>,
+}
+
+impl<'h> Resolved<'h> {
+    /// The hypothesis as given.
+    pub fn hypothesis(&self) -> &'h Hypothesis {
+        self.hypothesis
+    }
+
+    /// Node → the taints the hypothesis adds to it.
+    pub fn added(&self) -> &BTreeMap<String, Vec<Taint>> {
+        &self.added
+    }
+}
+
 /// The hypothetical change: taints on named nodes and on nodes matching selectors; taints on
 /// named devices; DeviceTaintRules as if created now.
 #[derive(Clone, Debug, Default)]
@@ -146,10 +167,7 @@ impl Hypothesis {
     /// Node → taints to add, checked against the cluster: every named node must exist and
     /// every selector must match at least one node; the device taints and rules must touch a
     /// device ([`Hypothesis::resolve_devices`]).
-    pub fn resolve(
-        &self,
-        state: &ClusterState,
-    ) -> Result<BTreeMap<String, Vec<Taint>>, Unresolved> {
+    pub fn resolve(&self, state: &ClusterState) -> Result<Resolved<'_>, Unresolved> {
         // First: without the DRA objects, nothing else about a device hypothesis can be said.
         if self.has_devices() && state.devices_unreadable {
             return Err(Unresolved::DevicesUnreadable);
@@ -189,7 +207,10 @@ impl Hypothesis {
         if self.has_devices() {
             self.resolve_devices(state)?;
         }
-        Ok(out)
+        Ok(Resolved {
+            hypothesis: self,
+            added: out,
+        })
     }
 
     /// The device part checked against the cluster: each `--device-taint` names a device of
@@ -345,13 +366,13 @@ impl std::fmt::Display for BrakeFigures {
 /// held twice.
 pub fn run(
     state: ClusterState,
-    hypothesis: &Hypothesis,
+    resolved: &Resolved<'_>,
     now: Time,
     horizon: Option<Time>,
     policy: &crate::adapters::policy::Policy,
     comparison_operators: bool,
 ) -> Result<Plan, String> {
-    let added = hypothesis.resolve(&state)?;
+    let hypothesis = resolved.hypothesis();
     let device_taints = state.has_devices() || hypothesis.has_devices();
     let ClusterState {
         nodes: listed_nodes,
@@ -402,7 +423,7 @@ pub fn run(
         obs.excluded = policy.excludes(&obs.namespace, p.metadata.labels.as_ref());
         pipeline.upsert_pod(obs, now);
     }
-    for (node, taints) in &added {
+    for (node, taints) in resolved.added() {
         let current = nodes.entry(node.clone()).or_default();
         for t in taints {
             let mut t = t.clone();
@@ -805,6 +826,19 @@ mod tests {
         assert!(parse_node_taint("k:NoExecute").is_err());
     }
 
+    /// [`run`] after [`Hypothesis::resolve`], as `plan` runs them.
+    fn planned(
+        state: ClusterState,
+        hypothesis: &Hypothesis,
+        now: Time,
+        horizon: Option<Time>,
+        policy: &crate::adapters::policy::Policy,
+        comparison_operators: bool,
+    ) -> Result<Plan, String> {
+        let resolved = hypothesis.resolve(&state)?;
+        run(state, &resolved, now, horizon, policy, comparison_operators)
+    }
+
     /// A node, four pods each with a claim allocated one device of slice `s` (driver `d`,
     /// pool `p`); claim `c1`'s request tolerates `k` for 30 s, `c2`'s forever.
     fn device_snapshot() -> ClusterState {
@@ -859,7 +893,7 @@ mod tests {
         let state = device_snapshot();
         assert_eq!((state.slices.len(), state.claims.len()), (1, 4));
         // Nothing tainted: nothing affected.
-        let plan = run(
+        let plan = planned(
             state.clone(),
             &Hypothesis::default(),
             now,
@@ -887,8 +921,8 @@ mod tests {
             rules: vec![rule],
             ..Hypothesis::default()
         };
-        let plan =
-            run(state, &hypothesis, now, None, &policy, false).unwrap_or_else(|e| panic!("{e}"));
+        let plan = planned(state, &hypothesis, now, None, &policy, false)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(row(&plan, "ns/p0").evicted_at, Some(now));
         assert_eq!(row(&plan, "ns/p1").evicted_at, Some(now.plus_secs(30)));
         assert_eq!(row(&plan, "ns/p3").evicted_at, Some(now));
@@ -924,7 +958,7 @@ mod tests {
                 ..Hypothesis::default()
             },
         ] {
-            let plan = run(device_snapshot(), &hypothesis, now, None, &policy, false)
+            let plan = planned(device_snapshot(), &hypothesis, now, None, &policy, false)
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(
                 row(&plan, "ns/p1").evicted_at,
@@ -965,7 +999,7 @@ mod tests {
             ..Hypothesis::default()
         };
         let policy = crate::adapters::policy::Policy::default();
-        let plan = run(
+        let plan = planned(
             device_snapshot(),
             &hypothesis,
             now,
@@ -993,7 +1027,7 @@ mod tests {
             threshold_percent: 50.0,
             min_tainted_nodes: 1,
         });
-        let plan = run(device_snapshot(), &hypothesis, now, None, &policy, false)
+        let plan = planned(device_snapshot(), &hypothesis, now, None, &policy, false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             plan.brake,
@@ -1023,8 +1057,8 @@ mod tests {
             ..Hypothesis::default()
         };
         let policy = crate::adapters::policy::Policy::default();
-        let plan =
-            run(state, &hypothesis, now, None, &policy, false).unwrap_or_else(|e| panic!("{e}"));
+        let plan = planned(state, &hypothesis, now, None, &policy, false)
+            .unwrap_or_else(|e| panic!("{e}"));
         let r = row(&plan, "ns/p1");
         assert_eq!(r.evicted_at, Some(now), "{r:?}");
         assert!(r.reason.contains("overdue"), "{}", r.reason);
@@ -1040,7 +1074,7 @@ mod tests {
         };
         let mut policy = crate::adapters::policy::Policy::default();
         policy.exclude_namespaces.insert("ns".into());
-        let plan = run(device_snapshot(), &hypothesis, now, None, &policy, false)
+        let plan = planned(device_snapshot(), &hypothesis, now, None, &policy, false)
             .unwrap_or_else(|e| panic!("{e}"));
         let r = row(&plan, "ns/p0");
         assert_eq!(
@@ -1116,7 +1150,7 @@ mod tests {
         assert_eq!(refusal(&state, hypothesis.clone()), None);
         let policy = crate::adapters::policy::Policy::default();
         let now = Time::from_secs(1_000_000);
-        let plan = run(state.clone(), &hypothesis, now, None, &policy, false)
+        let plan = planned(state.clone(), &hypothesis, now, None, &policy, false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(row(&plan, "ns/p0").evicted_at, Some(now));
         assert!(
