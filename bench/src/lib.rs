@@ -13,7 +13,9 @@
 //! 2. a canary node is tainted and a canary pod bound to it, then the controller starts: the
 //!    canary's eviction is its time to synced, and the CPU until then its initial-list CPU
 //!    (with `--starts N`: N starts on the same population, each with its own canary, stopped
-//!    in between; the figures are the medians);
+//!    in between; the figures are the medians). Before each start the API server is made to
+//!    collect its garbage and left to fall idle, and its own work in the window (GC, checks
+//!    against etcd) is read from its metrics beside its CPU;
 //! 3. every node (or a share of them) gets `node.kubernetes.io/unreachable:NoExecute` at once;
 //! 4. a watch records when each pod is evicted (deletion timestamp set or gone), until every
 //!    expected eviction is seen, then a few more seconds to catch wrong ones;
@@ -175,6 +177,108 @@ pub struct Synced {
     pub cpu_s: f64,
     /// The API server's user + system CPU seconds until then.
     pub apiserver_cpu_s: f64,
+    /// Before the start: how long the API server took to fall idle after a forced GC
+    /// ([`quiesce`]), seconds.
+    pub quiesced_s: f64,
+    /// The API server's live heap after that GC, MiB.
+    pub apiserver_heap_mib: f64,
+    /// What the API server did in the window besides serving requests.
+    pub server: ServerWork,
+}
+
+/// Counters of the API server's own work, from its `/metrics` (each the sum over its series;
+/// a metric with no series yet counts 0). Read before and after a window, they say what of
+/// the server's CPU in it was garbage collection or background checks rather than serving.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerWork {
+    /// CPU seconds of Go's garbage collector (`go_cpu_classes_gc_total_cpu_seconds_total`,
+    /// the runtime's estimate).
+    pub gc_cpu_s: f64,
+    /// Completed GC cycles (`go_gc_cycles_total_gc_cycles_total`).
+    pub gc_cycles: f64,
+    /// The watch cache's consistency checks against etcd
+    /// (`apiserver_storage_consistency_checks_total`), each a list of the resource from etcd.
+    pub consistency_checks: f64,
+    /// Lists served from etcd rather than the watch cache (`apiserver_storage_list_total`).
+    pub etcd_lists: f64,
+    /// Initial events sent to new watches (`apiserver_init_events_total`).
+    pub init_events: f64,
+    /// Watches the server closed because their client fell behind
+    /// (`apiserver_terminated_watchers_total`).
+    pub terminated_watchers: f64,
+}
+
+impl ServerWork {
+    fn read(metrics: &str) -> ServerWork {
+        let sum = |name: &str| -> f64 {
+            metrics
+                .lines()
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        ServerWork {
+            gc_cpu_s: sum("go_cpu_classes_gc_total_cpu_seconds_total"),
+            gc_cycles: sum("go_gc_cycles_total_gc_cycles_total"),
+            consistency_checks: sum("apiserver_storage_consistency_checks_total"),
+            etcd_lists: sum("apiserver_storage_list_total"),
+            init_events: sum("apiserver_init_events_total"),
+            terminated_watchers: sum("apiserver_terminated_watchers_total"),
+        }
+    }
+
+    /// What grew from `before` to `self`.
+    fn since(&self, before: &ServerWork) -> ServerWork {
+        ServerWork {
+            gc_cpu_s: self.gc_cpu_s - before.gc_cpu_s,
+            gc_cycles: self.gc_cycles - before.gc_cycles,
+            consistency_checks: self.consistency_checks - before.consistency_checks,
+            etcd_lists: self.etcd_lists - before.etcd_lists,
+            init_events: self.init_events - before.init_events,
+            terminated_watchers: self.terminated_watchers - before.terminated_watchers,
+        }
+    }
+}
+
+/// The live heap of the last GC (`go_gc_heap_live_bytes`), MiB.
+fn heap_live_mib(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("go_gc_heap_live_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0.0, |b| b / (1024.0 * 1024.0))
+}
+
+/// Bring the API server to the same state before each start: a forced GC (its
+/// `/debug/pprof/heap?gc=1`, on by default with `--profiling`), then wait until it is idle,
+/// under 5% of a core over a second, for at most 60 s. Without this a GC cycle owed to the
+/// previous start, or to the population, lands in the next start's window on one controller
+/// and not the other. Returns the seconds waited.
+async fn quiesce(plane: &Plane, apiserver: u32) -> Result<f64> {
+    let began = Instant::now();
+    plane
+        .kubectl(&["get", "--raw", "/debug/pprof/heap?gc=1"])
+        .context("forcing a GC in the API server")?;
+    let cpu = || process_stats(apiserver).map(|(cpu, _, _)| cpu);
+    let mut last = cpu()?;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = cpu()?;
+        if now - last < 0.05 {
+            return Ok(began.elapsed().as_secs_f64());
+        }
+        if began.elapsed() > Duration::from_secs(60) {
+            eprintln!(
+                "the API server was still busy ({:.2} s CPU in the last second) 60 s after a forced GC: starting anyway",
+                now - last
+            );
+            return Ok(began.elapsed().as_secs_f64());
+        }
+        last = now;
+    }
 }
 
 /// The slowest eviction of a tolerating pod as the harness saw it (wall-clock times, RFC 3339)
@@ -604,6 +708,10 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         )
         .await?;
 
+        let quiesced_s = quiesce(plane, apiserver).await?;
+        let metrics_start = plane.kubectl(&["get", "--raw", "/metrics"])?;
+        let work_start = ServerWork::read(&metrics_start);
+        let apiserver_heap_mib = heap_live_mib(&metrics_start);
         let apiserver_start = apiserver_cpu()?;
         let start = Instant::now();
         let running = start_controller(which, opts, plane, n)?;
@@ -632,14 +740,24 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         };
         let apiserver_cpu_s = apiserver_cpu()? - apiserver_start;
         let launch_s = (start.elapsed().as_secs_f64() - time_s).max(0.0);
+        let server =
+            ServerWork::read(&plane.kubectl(&["get", "--raw", "/metrics"])?).since(&work_start);
         eprintln!(
-            "[{which}] start {n}/{starts} synced: {canary} evicted {time_s:.2} s after the process started ({launch_s:.2} s launching it before that), {cpu_s:.1} s CPU (API server {apiserver_cpu_s:.1} s)"
+            "[{which}] start {n}/{starts} synced: {canary} evicted {time_s:.2} s after the process started ({launch_s:.2} s launching it before that), {cpu_s:.1} s CPU (API server {apiserver_cpu_s:.1} s, of it GC {:.1} s in {} cycles; {} consistency checks, {} etcd lists, {} watches closed; heap {apiserver_heap_mib:.0} MiB after a forced GC, idle {quiesced_s:.1} s later)",
+            server.gc_cpu_s,
+            server.gc_cycles,
+            server.consistency_checks,
+            server.etcd_lists,
+            server.terminated_watchers,
         );
         synced.push(Synced {
             time_s,
             launch_s,
             cpu_s,
             apiserver_cpu_s,
+            quiesced_s,
+            apiserver_heap_mib,
+            server,
         });
         if n < starts {
             stop_controller(running, plane).await?;
@@ -1131,6 +1249,29 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             each(upstream),
             each(ours)
         ));
+        let each = |o: &Outcome| {
+            let cells: Vec<String> = o
+                .synced
+                .iter()
+                .map(|x| format!("{:.1}/{:.1}", x.apiserver_cpu_s, x.server.gc_cpu_s))
+                .collect();
+            format!("{} s", cells.join(", "))
+        };
+        s.push_str(&format!(
+            "| API server CPU / of it GC, each start | {} | {} | |\n",
+            each(upstream),
+            each(ours)
+        ));
+        let checks = |o: &Outcome| {
+            let n: f64 = o.synced.iter().map(|x| x.server.consistency_checks).sum();
+            let lists: f64 = o.synced.iter().map(|x| x.server.etcd_lists).sum();
+            format!("{n} / {lists}")
+        };
+        s.push_str(&format!(
+            "| consistency checks / etcd lists in the starts' windows | {} | {} | |\n",
+            checks(upstream),
+            checks(ours)
+        ));
     }
     s
 }
@@ -1197,6 +1338,32 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn the_server_s_own_work_is_summed_over_series_and_told_apart_from_longer_names() {
+        let before = "# HELP go_gc_cycles_total_gc_cycles_total x\n\
+go_gc_cycles_total_gc_cycles_total 10\n\
+go_cpu_classes_gc_total_cpu_seconds_total 1.5\n\
+apiserver_storage_list_total{resource=\"pods\"} 2\n\
+apiserver_storage_list_total{resource=\"nodes\"} 1\n\
+apiserver_storage_list_total_other 100\n\
+go_gc_heap_live_bytes 2.097152e+06\n";
+        let after = "go_gc_cycles_total_gc_cycles_total 13\n\
+go_cpu_classes_gc_total_cpu_seconds_total 4\n\
+apiserver_storage_consistency_checks_total{resource=\"pods\",status=\"success\"} 1\n\
+apiserver_storage_list_total{resource=\"pods\"} 4\n\
+apiserver_storage_list_total{resource=\"nodes\"} 1\n\
+apiserver_terminated_watchers_total{resource=\"pods\"} 1\n";
+        let work = ServerWork::read(after).since(&ServerWork::read(before));
+        assert_eq!(work.gc_cycles, 3.0);
+        assert_eq!(work.gc_cpu_s, 2.5);
+        assert_eq!(work.consistency_checks, 1.0);
+        assert_eq!(work.etcd_lists, 2.0);
+        assert_eq!(work.terminated_watchers, 1.0);
+        assert_eq!(work.init_events, 0.0);
+        assert_eq!(heap_live_mib(before), 2.0);
+        assert_eq!(heap_live_mib(after), 0.0);
     }
 
     #[test]
