@@ -129,6 +129,12 @@ pub struct Outcome {
     pub lag_p50_ms: f64,
     pub lag_p99_ms: f64,
     pub lag_max_ms: f64,
+    /// The API server's own time on each tolerating pod's eviction writes (its status PATCHes
+    /// and DELETEs, retries included; from received to response complete, by its audit log),
+    /// summed per pod, ms: the part of the lag no client that keeps upstream's two ordered
+    /// writes can take away under the same load. Over the pods of `lag_*`.
+    pub server_time_p50_ms: f64,
+    pub server_time_p99_ms: f64,
     /// Resident memory once synced and idle, and the process's peak, in MiB.
     pub rss_steady_mib: f64,
     pub rss_peak_mib: f64,
@@ -296,6 +302,9 @@ pub struct Timeline {
     /// The harness's watch saw the pod being deleted.
     pub observed: String,
     pub log: Vec<String>,
+    /// The API server's audit records of the pod's eviction writes: when each was received
+    /// and completed.
+    pub server: Vec<String>,
 }
 
 impl std::fmt::Display for Timeline {
@@ -309,6 +318,9 @@ impl std::fmt::Display for Timeline {
         writeln!(f, "  {}  harness: due (tainted + S)", self.due)?;
         writeln!(f, "  {}  harness: deletion observed", self.observed)?;
         for line in &self.log {
+            writeln!(f, "  {line}")?;
+        }
+        for line in &self.server {
             writeln!(f, "  {line}")?;
         }
         Ok(())
@@ -326,6 +338,40 @@ fn wall(at: Instant, reference: (Instant, std::time::SystemTime)) -> String {
     k8s_openapi::jiff::Timestamp::try_from(t)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+
+/// Each pod's eviction writes in `namespace` (status PATCHes and DELETEs, whoever sent them;
+/// the harness sends neither to the `p…` pods), from the API server's audit log, by pod name,
+/// in the order received.
+fn eviction_writes(audit: Vec<AuditEntry>, namespace: &str) -> HashMap<String, Vec<AuditEntry>> {
+    let mut out: HashMap<String, Vec<AuditEntry>> = HashMap::new();
+    for e in audit {
+        let write = (e.verb == "patch" && e.subresource == "status")
+            || (e.verb == "delete" && e.subresource.is_empty());
+        if e.resource == "pods" && e.namespace == namespace && write {
+            out.entry(e.name.clone()).or_default().push(e);
+        }
+    }
+    for writes in out.values_mut() {
+        writes.sort_by_key(|e| e.received);
+    }
+    out
+}
+
+/// One audit record as a timeline line.
+fn audit_line(e: &AuditEntry) -> String {
+    let what = if e.subresource.is_empty() {
+        format!("{} {}", e.verb, e.resource)
+    } else {
+        format!("{} {}/{}", e.verb, e.resource, e.subresource)
+    };
+    format!(
+        "{}  API server: {what} received, completed {} ({:.0} ms, {})",
+        e.received,
+        e.completed,
+        e.server_ms(),
+        e.code
+    )
 }
 
 /// A log's lines about one pod (`pod=ns/name`, then a space or the end), without colour codes.
@@ -979,6 +1025,20 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
             Some((lag, n, due, *at))
         })
         .collect();
+    let writes = eviction_writes(plane.audit()?, &ns.name);
+    let mut server_times: Vec<f64> = timed
+        .iter()
+        .filter_map(|(_, name, _, _)| writes.get(*name))
+        .map(|w| w.iter().map(AuditEntry::server_ms).sum())
+        .collect();
+    server_times.sort_by(f64::total_cmp);
+    if server_times.len() < timed.len() {
+        eprintln!(
+            "[{which}] the audit log has the eviction writes of {} of the {} timed pods",
+            server_times.len(),
+            timed.len()
+        );
+    }
     let slowest = timed
         .iter()
         .max_by(|a, b| a.0.total_cmp(&b.0))
@@ -999,6 +1059,12 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
                 due: wall(*due, clocks),
                 observed: wall(*at, clocks),
                 log,
+                server: writes
+                    .get(*name)
+                    .into_iter()
+                    .flatten()
+                    .map(audit_line)
+                    .collect(),
             }
         });
     let mut lags: Vec<f64> = timed.iter().map(|t| t.0).collect();
@@ -1032,6 +1098,8 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         lag_p50_ms: percentile(&lags, 50.0),
         lag_p99_ms: percentile(&lags, 99.0),
         lag_max_ms: lags.last().copied().unwrap_or(0.0),
+        server_time_p50_ms: percentile(&server_times, 50.0),
+        server_time_p99_ms: percentile(&server_times, 99.0),
         rss_steady_mib: rss_steady,
         rss_peak_mib: peak,
         cpu_s: cpu_after - cpu_before,
@@ -1099,7 +1167,7 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             format!(", noexecute {}", ours.args.join(" "))
         }
     );
-    let rows: [(&str, f64, f64, &str); 12] = [
+    let rows: [(&str, f64, f64, &str); 14] = [
         (
             "time to synced: start → first eviction",
             upstream.time_to_synced_s,
@@ -1134,6 +1202,18 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             "lag of tolerating pods, max",
             upstream.lag_max_ms,
             ours.lag_max_ms,
+            "ms",
+        ),
+        (
+            "API server's own time on a tolerating pod's status PATCH + DELETE (audit), p50",
+            upstream.server_time_p50_ms,
+            ours.server_time_p50_ms,
+            "ms",
+        ),
+        (
+            "API server's own time on a tolerating pod's status PATCH + DELETE (audit), p99",
+            upstream.server_time_p99_ms,
+            ours.server_time_p99_ms,
             "ms",
         ),
         (
@@ -1297,6 +1377,8 @@ pub fn medians(runs: &[Outcome]) -> Option<Outcome> {
         lag_p50_ms: m(|o| o.lag_p50_ms),
         lag_p99_ms: m(|o| o.lag_p99_ms),
         lag_max_ms: m(|o| o.lag_max_ms),
+        server_time_p50_ms: m(|o| o.server_time_p50_ms),
+        server_time_p99_ms: m(|o| o.server_time_p99_ms),
         rss_steady_mib: m(|o| o.rss_steady_mib),
         rss_peak_mib: m(|o| o.rss_peak_mib),
         cpu_s: m(|o| o.cpu_s),
@@ -1364,6 +1446,55 @@ apiserver_terminated_watchers_total{resource=\"pods\"} 1\n";
         assert_eq!(work.init_events, 0.0);
         assert_eq!(heap_live_mib(before), 2.0);
         assert_eq!(heap_live_mib(after), 0.0);
+    }
+
+    #[test]
+    fn a_pod_s_eviction_writes_are_its_status_patches_and_deletes_in_its_namespace() {
+        let entry = |verb: &str, sub: &str, ns: &str, name: &str, at_ms: i64, took_ms: i64| {
+            let received = k8s_openapi::jiff::Timestamp::from_millisecond(1_000_000 + at_ms)
+                .unwrap_or_else(|e| panic!("{e}"));
+            AuditEntry {
+                verb: verb.into(),
+                resource: "pods".into(),
+                subresource: sub.into(),
+                namespace: ns.into(),
+                name: name.into(),
+                user: "u".into(),
+                user_agent: "a".into(),
+                code: 200,
+                received,
+                completed: received
+                    .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(took_ms))
+                    .unwrap_or_else(|e| panic!("{e}")),
+            }
+        };
+        let audit = vec![
+            entry("delete", "", "b", "p1", 50, 30),
+            entry("create", "", "b", "p1", 0, 5),
+            entry("patch", "status", "b", "p1", 10, 20),
+            entry("patch", "", "b", "p1", 20, 7),
+            entry("delete", "", "other", "p1", 60, 9),
+            entry("patch", "status", "b", "p2", 10, 4),
+        ];
+        let writes = eviction_writes(audit, "b");
+        let p1 = &writes["p1"];
+        assert_eq!(
+            p1.iter().map(|e| e.verb.as_str()).collect::<Vec<_>>(),
+            ["patch", "delete"],
+            "the status patch first, then the DELETE; not the create, the metadata patch or another namespace's"
+        );
+        assert_eq!(p1.iter().map(AuditEntry::server_ms).sum::<f64>(), 50.0);
+        assert_eq!(writes["p2"].len(), 1);
+        assert!(
+            audit_line(&p1[0]).contains("patch pods/status received"),
+            "{}",
+            audit_line(&p1[0])
+        );
+        assert!(
+            audit_line(&p1[1]).contains("(30 ms, 200)"),
+            "{}",
+            audit_line(&p1[1])
+        );
     }
 
     #[test]

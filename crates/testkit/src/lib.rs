@@ -65,13 +65,23 @@ pub struct AuditEntry {
     /// noexecute's carries the replica's identity: `noexecute/VERSION (IDENTITY)`.
     pub user_agent: String,
     pub code: u16,
+    /// When the API server received the request (`requestReceivedTimestamp`: early in its
+    /// handler chain, before authentication and priority and fairness).
     pub received: k8s_openapi::jiff::Timestamp,
+    /// When it completed the response (`stageTimestamp` of the ResponseComplete stage, the
+    /// only stage the plane's policy records).
+    pub completed: k8s_openapi::jiff::Timestamp,
 }
 
 impl AuditEntry {
     /// A write that succeeded.
     pub fn ok(&self) -> bool {
         (200..300).contains(&self.code)
+    }
+
+    /// The API server's own time on the request, received to response complete, in ms.
+    pub fn server_ms(&self) -> f64 {
+        self.completed.duration_since(self.received).as_secs_f64() * 1000.0
     }
 }
 
@@ -286,6 +296,10 @@ impl Plane {
             let received: k8s_openapi::jiff::Timestamp = received.parse().with_context(|| {
                 format!("{}:{}: requestReceivedTimestamp", path.display(), i + 1)
             })?;
+            let completed = field("/stageTimestamp");
+            let completed: k8s_openapi::jiff::Timestamp = completed
+                .parse()
+                .with_context(|| format!("{}:{}: stageTimestamp", path.display(), i + 1))?;
             entries.push(AuditEntry {
                 verb: field("/verb"),
                 resource: field("/objectRef/resource"),
@@ -299,6 +313,7 @@ impl Plane {
                     .and_then(|c| c.as_u64())
                     .unwrap_or(0) as u16,
                 received,
+                completed,
             });
         }
         Ok(entries)
