@@ -905,9 +905,15 @@ async fn supervise(shared: Arc<Shared>) {
     }
 }
 
+/// Whether the process runs and is not a zombie. Its state is the first field after the
+/// command name, which may hold spaces and parentheses: read after the last `)`.
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_none_or(|state| state != "Z")
+        })
         .unwrap_or(false)
 }
 

@@ -276,10 +276,16 @@ impl Plane {
     /// (`scripts/cluster` records writes to pods, their status and evictions, Events, Leases
     /// and nodes), oldest first.
     pub fn audit(&self) -> Result<Vec<AuditEntry>> {
-        let path = self.state_dir.join("audit.log");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading the audit log {}", path.display()))?;
         let mut entries = Vec::new();
+        for path in audit_files(&self.state_dir) {
+            self.read_audit(&path, &mut entries)?;
+        }
+        Ok(entries)
+    }
+
+    fn read_audit(&self, path: &Path, entries: &mut Vec<AuditEntry>) -> Result<()> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the audit log {}", path.display()))?;
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -316,7 +322,7 @@ impl Plane {
                 completed,
             });
         }
-        Ok(entries)
+        Ok(())
     }
 
     /// Pod DELETEs the API server answered with success, from its own metrics.
@@ -386,6 +392,28 @@ fn read_env(path: &Path) -> Result<BTreeMap<String, String>> {
 }
 
 /// A client from a kubeconfig file.
+/// The audit logs of a plane's directory, oldest first: kube-apiserver's rotated files
+/// (`audit-<time>.log`, from `--audit-log-maxsize`) and then `audit.log`. The soak's checker
+/// lists them itself (`noexecute_soak::audit::files`): it is written apart and does not depend
+/// on the test kit.
+pub fn audit_files(dir: &Path) -> Vec<PathBuf> {
+    let mut rotated: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("audit-") && n.ends_with(".log"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    rotated.sort();
+    rotated.push(dir.join("audit.log"));
+    rotated
+}
+
 pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
     let kc = Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
