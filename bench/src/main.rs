@@ -133,7 +133,10 @@ async fn main() -> Result<()> {
     };
     let table = markdown(&upstream, &ours);
     if args.repeat > 1 {
-        println!("Medians of {} runs each:\n", args.repeat);
+        println!(
+            "Medians of {} runs each (the request counts, the server's mean time per request and the share of deletions within 25 / 100 ms are the first run's):\n",
+            args.repeat
+        );
     }
     println!("{table}");
     let same = upstream_runs

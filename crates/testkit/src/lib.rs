@@ -391,7 +391,6 @@ fn read_env(path: &Path) -> Result<BTreeMap<String, String>> {
         .collect())
 }
 
-/// A client from a kubeconfig file.
 /// The audit logs of a plane's directory, oldest first: kube-apiserver's rotated files
 /// (`audit-<time>.log`, from `--audit-log-maxsize`) and then `audit.log`. The soak's checker
 /// lists them itself (`noexecute_soak::audit::files`): it is written apart and does not depend
@@ -414,6 +413,7 @@ pub fn audit_files(dir: &Path) -> Vec<PathBuf> {
     rotated
 }
 
+/// A client from a kubeconfig file.
 pub async fn client_from(kubeconfig: &Path) -> Result<Client> {
     let kc = Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
