@@ -1562,3 +1562,76 @@ async fn the_guards_event_list_watch_reads_protobuf_as_json() -> Result<()> {
     ns.cleanup().await?;
     Ok(())
 }
+
+// ---- the transport ---------------------------------------------------------------------------
+
+/// The controller's client speaks HTTP/2 to the API server, as client-go does: every request is
+/// a stream of one connection, and a watch held open does not hold up the requests beside it.
+/// kube's own client, the control, speaks HTTP/1.1 to the same server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_client_speaks_http2() -> Result<()> {
+    let plane = plane()?;
+    let config = noexecute::adapters::client::config(Some(&plane.kubeconfig), None).await?;
+    let ours = noexecute::adapters::client::build(config.clone())?;
+    let kubes = Client::try_from(config)?;
+    async fn version(client: &Client) -> Result<http::Version> {
+        let response = client
+            .send(Request::get("/version").body(Body::empty())?)
+            .await?;
+        ensure!(
+            response.status().is_success(),
+            "GET /version: {}",
+            response.status()
+        );
+        Ok(response.version())
+    }
+    assert_eq!(version(&ours).await?, http::Version::HTTP_2);
+    assert_eq!(version(&kubes).await?, http::Version::HTTP_11);
+
+    // A watch held open, and 64 requests at once beside it: every one answered, over HTTP/2.
+    let admin = plane.admin_client().await?;
+    let ns = TestNamespace::create(&admin, "proto-h2").await?;
+    // Pods in every namespace, as the controller watches them.
+    let pods: kube::Api<Pod> = kube::Api::all(ours.clone());
+    let in_ns = format!("metadata.namespace={}", ns.name);
+    let mut watch = pods
+        .watch(
+            &kube::api::WatchParams::default().fields(&in_ns).timeout(60),
+            "0",
+        )
+        .await?
+        .boxed();
+    let answers = futures::future::join_all((0..64).map(|_| {
+        let ours = ours.clone();
+        let path = format!(
+            "/api/v1/pods?limit=1&fieldSelector=metadata.namespace%3D{}",
+            ns.name
+        );
+        async move {
+            let response = ours.send(Request::get(path).body(Body::empty())?).await?;
+            ensure!(response.status().is_success(), "{}", response.status());
+            Ok::<_, anyhow::Error>(response.version())
+        }
+    }))
+    .await;
+    for answer in answers {
+        assert_eq!(answer?, http::Version::HTTP_2);
+    }
+    // The watch still works: it sees a pod created after the 64.
+    let node = ns.create_node("h2", vec![]).await?;
+    ns.create_pod(&pod("after", &node, vec![], None)).await?;
+    let seen = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(event) = watch.next().await {
+            if let kube::api::WatchEvent::Added(p) = event?
+                && p.metadata.name.as_deref() == Some("after")
+            {
+                return Ok::<_, anyhow::Error>(true);
+            }
+        }
+        Ok(false)
+    })
+    .await
+    .context("the watch saw nothing within 30 s")??;
+    ensure!(seen, "the watch ended before it saw the pod");
+    ns.cleanup().await
+}

@@ -1,6 +1,8 @@
 //! The one place a kube client is built: from an explicit kubeconfig (and context), or the
 //! default chain ($KUBECONFIG, ~/.kube/config, the in-cluster service account).
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -31,7 +33,68 @@ pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
 ) -> Result<kube::Client> {
-    Ok(kube::Client::try_from(config(kubeconfig, context).await?)?)
+    Ok(build(config(kubeconfig, context).await?)?)
+}
+
+/// How long an HTTP/2 connection may go without a frame from the server before we ping it, and
+/// how long the ping may go unanswered before the connection is closed: client-go's
+/// `ReadIdleTimeout` and `PingTimeout`, the figures every other component of the cluster uses.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A client for `config` that speaks HTTP/2 when the API server offers it, as client-go does.
+///
+/// kube's own stack speaks HTTP/1.1 only: one TCP and TLS connection for every request in
+/// flight, so a burst of evictions opens tens of new connections on a busy machine, each
+/// a TLS handshake before its request can start (`docs/benchmarks.md`). Here TLS offers `h2`
+/// and `http/1.1` (ALPN) and every request is a stream of one connection; a server or proxy
+/// that picks HTTP/1.1 gets kube's behaviour. The layers are kube's own: the cluster URL, the
+/// credentials (tokens refreshed as kube refreshes them), extra and impersonation headers, and
+/// kube's retries if `config.default_retry` is set.
+///
+/// kube's read and write timeouts are per connection. On one multiplexed connection a watch
+/// may rightly be silent for minutes, so a dead connection is found by HTTP/2 pings instead:
+/// after [`PING_AFTER_IDLE`] without a frame, unanswered within [`PING_TIMEOUT`].
+///
+/// With a proxy in `config` this is kube's own client: its proxy tunnels are not rebuilt here.
+/// Without TLS (an `http://` URL) it is HTTP/1.1, as kube's is.
+pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt as _;
+
+    if config.proxy_url.is_some() {
+        return kube::Client::try_from(config);
+    }
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|e| {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+        })?;
+        tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let connector = tls.enable_all_versions().wrap_connector(http);
+    let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .http2_keep_alive_interval(PING_AFTER_IDLE)
+            .http2_keep_alive_timeout(PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(connector);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.default_retry.then(|| {
+            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
+        }))
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(tower::BoxError::from)
+        .service(http_client);
+    Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
 }
 
 /// Which DRA resources the API server serves: ResourceSlices and ResourceClaims in

@@ -358,7 +358,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     )) {
         config.headers.push((axum::http::header::USER_AGENT, agent));
     }
-    let client = kube::Client::try_from(config)?;
+    // HTTP/2 when the server offers it: every request a stream of one connection.
+    let client = crate::adapters::client::build(config.clone())?;
+    // The Lease has a client, and so a connection, of its own: a renewal never waits behind
+    // a relist's pages or a burst of evictions on the shared connection.
+    let lease_client = crate::adapters::client::build(config)?;
 
     let shutdown = CancellationToken::new();
     let mut registry = Registry::default();
@@ -429,7 +433,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let lease_health = health.clone();
         let lease_metrics = metrics.clone();
-        let lease_client = client.clone();
+        let lease_client = lease_client.clone();
         let lease_shutdown = lease_stop.clone();
         let task = tokio::spawn(async move {
             let result = lease::run(lease_client, cfg, writer, lease_shutdown, lease_metrics).await;
