@@ -1565,34 +1565,68 @@ async fn the_guards_event_list_watch_reads_protobuf_as_json() -> Result<()> {
 
 // ---- the transport ---------------------------------------------------------------------------
 
-/// The controller's client speaks HTTP/2 to the API server, as client-go does: every request is
-/// a stream of one connection, and a watch held open does not hold up the requests beside it.
-/// kube's own client, the control, speaks HTTP/1.1 to the same server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_controllers_client_speaks_http2() -> Result<()> {
-    let plane = plane()?;
-    let config = noexecute::adapters::client::config(Some(&plane.kubeconfig), None).await?;
-    let ours = noexecute::adapters::client::build(config.clone())?;
-    let kubes = Client::try_from(config)?;
-    async fn version(client: &Client) -> Result<http::Version> {
-        let response = client
-            .send(Request::get("/version").body(Body::empty())?)
-            .await?;
-        ensure!(
-            response.status().is_success(),
-            "GET /version: {}",
-            response.status()
-        );
-        Ok(response.version())
-    }
-    assert_eq!(version(&ours).await?, http::Version::HTTP_2);
-    assert_eq!(version(&kubes).await?, http::Version::HTTP_11);
+/// A TCP forwarder to the API server of `config`: the config to reach the server through it,
+/// and the count of connections it has accepted.
+async fn counted(mut config: kube::Config) -> Result<(kube::Config, Arc<AtomicUsize>)> {
+    let authority = config
+        .cluster_url
+        .authority()
+        .context("the cluster URL has no host")?
+        .to_string();
+    let target = tokio::net::lookup_host(&authority)
+        .await?
+        .next()
+        .with_context(|| format!("{authority} resolves to nothing"))?;
+    let listener = tokio::net::TcpListener::bind((target.ip(), 0)).await?;
+    let port = listener.local_addr()?.port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _closed = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    // The same host (the server's certificate names it), another port.
+    let host = config
+        .cluster_url
+        .host()
+        .context("the cluster URL has no host")?;
+    config.cluster_url = format!("https://{host}:{port}").parse()?;
+    Ok((config, accepted))
+}
 
-    // A watch held open, and 64 requests at once beside it: every one answered, over HTTP/2.
+/// `GET path`: the status is a success, and the HTTP version it came back in.
+async fn get_version(client: &Client, path: String) -> Result<http::Version> {
+    let response = client.send(Request::get(path).body(Body::empty())?).await?;
+    ensure!(response.status().is_success(), "{}", response.status());
+    Ok(response.version())
+}
+
+/// The live controller's clients speak HTTP/2 to the API server, as client-go does: a watch
+/// held open and 64 requests at once beside it take one connection, and the Lease's client
+/// takes a second of its own. kube's own client, the control, opens a connection for each
+/// request in flight on the same server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()> {
+    let plane = plane()?;
     let admin = plane.admin_client().await?;
     let ns = TestNamespace::create(&admin, "proto-h2").await?;
+    let config = noexecute::adapters::client::config(Some(&plane.kubeconfig), None).await?;
+    let pods_path = format!(
+        "/api/v1/pods?limit=1&fieldSelector=metadata.namespace%3D{}",
+        ns.name
+    );
+    let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", ns.name);
+
+    let (through, accepted) = counted(config.clone()).await?;
+    let clients = noexecute::adapters::client::RunClients::new(through)?;
     // Pods in every namespace, as the controller watches them.
-    let pods: kube::Api<Pod> = kube::Api::all(ours.clone());
+    let pods: kube::Api<Pod> = kube::Api::all(clients.api.clone());
     let in_ns = format!("metadata.namespace={}", ns.name);
     let mut watch = pods
         .watch(
@@ -1601,23 +1635,22 @@ async fn the_controllers_client_speaks_http2() -> Result<()> {
         )
         .await?
         .boxed();
-    let answers = futures::future::join_all((0..64).map(|_| {
-        let ours = ours.clone();
-        let path = format!(
-            "/api/v1/pods?limit=1&fieldSelector=metadata.namespace%3D{}",
-            ns.name
-        );
-        async move {
-            let response = ours.send(Request::get(path).body(Body::empty())?).await?;
-            ensure!(response.status().is_success(), "{}", response.status());
-            Ok::<_, anyhow::Error>(response.version())
-        }
-    }))
-    .await;
+    let answers =
+        futures::future::join_all((0..64).map(|_| get_version(&clients.api, pods_path.clone())))
+            .await;
     for answer in answers {
         assert_eq!(answer?, http::Version::HTTP_2);
     }
-    // The watch still works: it sees a pod created after the 64.
+    assert_eq!(
+        get_version(&clients.lease, lease_path.clone()).await?,
+        http::Version::HTTP_2
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "connections: the API's and the Lease's"
+    );
+    // The watch still works beside them: it sees a pod created after the 64.
     let node = ns.create_node("h2", vec![]).await?;
     ns.create_pod(&pod("after", &node, vec![], None)).await?;
     let seen = tokio::time::timeout(Duration::from_secs(30), async {
@@ -1633,5 +1666,19 @@ async fn the_controllers_client_speaks_http2() -> Result<()> {
     .await
     .context("the watch saw nothing within 30 s")??;
     ensure!(seen, "the watch ended before it saw the pod");
+
+    // The control: kube's own client, the same 64 requests at once.
+    let (through, accepted) = counted(config).await?;
+    let kubes = Client::try_from(through)?;
+    let answers =
+        futures::future::join_all((0..64).map(|_| get_version(&kubes, pods_path.clone()))).await;
+    for answer in answers {
+        answer?;
+    }
+    let opened = accepted.load(Ordering::SeqCst);
+    assert!(
+        opened > 2,
+        "kube's own client opened {opened} connections for 64 requests"
+    );
     ns.cleanup().await
 }

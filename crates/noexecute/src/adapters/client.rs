@@ -42,22 +42,34 @@ pub async fn client(
 const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// HTTP/2 flow control: how much the server may send before we have read it, on the whole
+/// connection and on each stream. client-go's figures (1 GiB and 4 MiB; hyper's defaults are
+/// 5 and 2 MiB): a watch whose reader is busy holds up at most its own stream, never the
+/// connection's evictions and other watches.
+const CONNECTION_WINDOW: u32 = 1 << 30;
+const STREAM_WINDOW: u32 = 4 << 20;
+
 /// A client for `config` that speaks HTTP/2 when the API server offers it, as client-go does.
+/// Every command that talks to the API server builds its client here.
 ///
 /// kube's own stack speaks HTTP/1.1 only: one TCP and TLS connection for every request in
 /// flight, so a burst of evictions opens tens of new connections on a busy machine, each
 /// a TLS handshake before its request can start (`docs/benchmarks.md`). Here TLS offers `h2`
 /// and `http/1.1` (ALPN) and every request is a stream of one connection; a server or proxy
-/// that picks HTTP/1.1 gets kube's behaviour. The layers are kube's own: the cluster URL, the
-/// credentials (tokens refreshed as kube refreshes them), extra and impersonation headers, and
-/// kube's retries if `config.default_retry` is set.
+/// that picks HTTP/1.1 gets HTTP/1.1. What kube's stack does is kept: the connect timeout over
+/// TCP and TLS and the read and write timeouts (`hyper-timeout`, as kube), the TLS server name,
+/// the layers for the cluster URL, the credentials (tokens refreshed as kube refreshes them),
+/// extra and impersonation headers, and kube's retries if `config.default_retry` is set. Left
+/// out: kube's trace layer (debug spans per request, an error log on every 5xx: the executor
+/// logs its own outcomes), the expiry of exec-plugin client certificates (nothing reads it),
+/// and client-go's environment overrides of the ping timings.
 ///
-/// kube's read and write timeouts are per connection. On one multiplexed connection a watch
-/// may rightly be silent for minutes, so a dead connection is found by HTTP/2 pings instead:
-/// after [`PING_AFTER_IDLE`] without a frame, unanswered within [`PING_TIMEOUT`].
+/// A dead HTTP/2 connection is found by pings: after [`PING_AFTER_IDLE`] without a frame,
+/// unanswered within [`PING_TIMEOUT`]; every stream on it then fails and the watches start
+/// again on a new connection. The server's limit on streams per connection (1,000 for
+/// kube-apiserver) is a queue here, not a second connection.
 ///
 /// With a proxy in `config` this is kube's own client: its proxy tunnels are not rebuilt here.
-/// Without TLS (an `http://` URL) it is HTTP/1.1, as kube's is.
 pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
     use kube::client::ConfigExt as _;
 
@@ -66,7 +78,6 @@ pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
     }
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
     let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
@@ -76,7 +87,12 @@ pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
         })?;
         tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let connector = tls.enable_all_versions().wrap_connector(http);
+    let mut connector =
+        hyper_timeout::TimeoutConnector::new(tls.enable_all_versions().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
             .timer(hyper_util::rt::TokioTimer::new())
@@ -84,6 +100,8 @@ pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
             .http2_keep_alive_interval(PING_AFTER_IDLE)
             .http2_keep_alive_timeout(PING_TIMEOUT)
             .http2_keep_alive_while_idle(true)
+            .http2_initial_connection_window_size(CONNECTION_WINDOW)
+            .http2_initial_stream_window_size(STREAM_WINDOW)
             .build(connector);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -95,6 +113,24 @@ pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .map_err(tower::BoxError::from)
         .service(http_client);
     Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
+}
+
+/// The live controller's two clients, each with its own connection: `api` for the watches, the
+/// lists and the evictions, `lease` for leader election alone, so that a renewal never waits
+/// behind a relist's pages or a burst of evictions on a shared connection (or, over HTTP/1.1,
+/// for a connection of the pool).
+pub struct RunClients {
+    pub api: kube::Client,
+    pub lease: kube::Client,
+}
+
+impl RunClients {
+    pub fn new(config: kube::Config) -> Result<RunClients, kube::Error> {
+        Ok(RunClients {
+            api: build(config.clone())?,
+            lease: build(config)?,
+        })
+    }
 }
 
 /// Which DRA resources the API server serves: ResourceSlices and ResourceClaims in

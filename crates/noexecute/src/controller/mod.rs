@@ -358,11 +358,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     )) {
         config.headers.push((axum::http::header::USER_AGENT, agent));
     }
-    // HTTP/2 when the server offers it: every request a stream of one connection.
-    let client = crate::adapters::client::build(config.clone())?;
-    // The Lease has a client, and so a connection, of its own: a renewal never waits behind
-    // a relist's pages or a burst of evictions on the shared connection.
-    let lease_client = crate::adapters::client::build(config)?;
+    // HTTP/2 when the server offers it; the Lease on a connection of its own.
+    let crate::adapters::client::RunClients {
+        api: client,
+        lease: lease_client,
+    } = crate::adapters::client::RunClients::new(config)?;
 
     let shutdown = CancellationToken::new();
     let mut registry = Registry::default();
