@@ -1609,8 +1609,9 @@ async fn get_version(client: &Client, path: String) -> Result<http::Version> {
 
 /// The live controller's clients speak HTTP/2 to the API server, as client-go does: a watch
 /// held open and 64 requests at once beside it take one connection, and the Lease's client
-/// takes a second of its own. kube's own client, the control, opens a connection for each
-/// request in flight on the same server.
+/// takes a second of its own. The control: with `--api-http-version=http1` the same clients
+/// speak HTTP/1.1 and open a connection for each request in flight on the same server, as
+/// kube's own client does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()> {
     let plane = plane()?;
@@ -1624,7 +1625,10 @@ async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()
     let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", ns.name);
 
     let (through, accepted) = counted(config.clone()).await?;
-    let clients = noexecute::adapters::client::RunClients::new(through)?;
+    let clients = noexecute::adapters::client::RunClients::new(
+        through,
+        noexecute::adapters::client::HttpVersion::Auto,
+    )?;
     // Pods in every namespace, as the controller watches them.
     let pods: kube::Api<Pod> = kube::Api::all(clients.api.clone());
     let in_ns = format!("metadata.namespace={}", ns.name);
@@ -1667,18 +1671,22 @@ async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()
     .context("the watch saw nothing within 30 s")??;
     ensure!(seen, "the watch ended before it saw the pod");
 
-    // The control: kube's own client, the same 64 requests at once.
+    // The control: the same clients held to HTTP/1.1, the same 64 requests at once.
     let (through, accepted) = counted(config).await?;
-    let kubes = Client::try_from(through)?;
+    let http1 = noexecute::adapters::client::RunClients::new(
+        through,
+        noexecute::adapters::client::HttpVersion::Http1,
+    )?;
     let answers =
-        futures::future::join_all((0..64).map(|_| get_version(&kubes, pods_path.clone()))).await;
+        futures::future::join_all((0..64).map(|_| get_version(&http1.api, pods_path.clone())))
+            .await;
     for answer in answers {
-        answer?;
+        assert_eq!(answer?, http::Version::HTTP_11);
     }
     let opened = accepted.load(Ordering::SeqCst);
     assert!(
         opened > 2,
-        "kube's own client opened {opened} connections for 64 requests"
+        "over HTTP/1.1 the API's client opened {opened} connections for 64 requests"
     );
     ns.cleanup().await
 }

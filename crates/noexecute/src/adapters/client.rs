@@ -33,7 +33,22 @@ pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
 ) -> Result<kube::Client> {
-    Ok(build(config(kubeconfig, context).await?)?)
+    Ok(build(
+        config(kubeconfig, context).await?,
+        HttpVersion::Auto,
+    )?)
+}
+
+/// The HTTP versions a connection to the API server may speak (`--api-http-version`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HttpVersion {
+    /// HTTP/2 when the server offers it (TLS ALPN `h2`), else HTTP/1.1: client-go's default.
+    #[default]
+    Auto,
+    /// HTTP/1.1 only: a connection of the pool per request in flight, as kube-rs's own
+    /// client and client-go with `DISABLE_HTTP2` set.
+    #[value(name = "http1")]
+    Http1,
 }
 
 /// How long an HTTP/2 connection may go without a frame from the server before we ping it, and
@@ -49,8 +64,9 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 const CONNECTION_WINDOW: u32 = 1 << 30;
 const STREAM_WINDOW: u32 = 4 << 20;
 
-/// A client for `config` that speaks HTTP/2 when the API server offers it, as client-go does.
-/// Every command that talks to the API server builds its client here.
+/// A client for `config` that speaks HTTP/2 when the API server offers it, as client-go does
+/// (with `version` [`HttpVersion::Http1`], HTTP/1.1 only). Every command that talks to the API
+/// server builds its client here.
 ///
 /// kube's own stack speaks HTTP/1.1 only: one TCP and TLS connection for every request in
 /// flight, so a burst of evictions opens tens of new connections on a busy machine, each
@@ -70,7 +86,7 @@ const STREAM_WINDOW: u32 = 4 << 20;
 /// kube-apiserver) is a queue here, not a second connection.
 ///
 /// With a proxy in `config` this is kube's own client: its proxy tunnels are not rebuilt here.
-pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
+pub fn build(config: kube::Config, version: HttpVersion) -> Result<kube::Client, kube::Error> {
     use kube::client::ConfigExt as _;
 
     if config.proxy_url.is_some() {
@@ -87,8 +103,11 @@ pub fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
         })?;
         tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let mut connector =
-        hyper_timeout::TimeoutConnector::new(tls.enable_all_versions().wrap_connector(http));
+    let tls = match version {
+        HttpVersion::Auto => tls.enable_all_versions().wrap_connector(http),
+        HttpVersion::Http1 => tls.enable_http1().wrap_connector(http),
+    };
+    let mut connector = hyper_timeout::TimeoutConnector::new(tls);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
@@ -125,10 +144,10 @@ pub struct RunClients {
 }
 
 impl RunClients {
-    pub fn new(config: kube::Config) -> Result<RunClients, kube::Error> {
+    pub fn new(config: kube::Config, version: HttpVersion) -> Result<RunClients, kube::Error> {
         Ok(RunClients {
-            api: build(config.clone())?,
-            lease: build(config)?,
+            api: build(config.clone(), version)?,
+            lease: build(config, version)?,
         })
     }
 }

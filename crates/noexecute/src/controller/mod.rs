@@ -109,6 +109,12 @@ pub struct RunArgs {
     /// are still read, and a server or proxy that refuses protobuf gets JSON) or `json`.
     #[arg(long, env = "NOEXECUTE_API_CONTENT_TYPE", value_enum, default_value_t = format::ContentType::Protobuf)]
     pub api_content_type: format::ContentType,
+    /// The HTTP versions spoken with the API server: `auto` (HTTP/2 when the server offers
+    /// it, one connection for the watches and evictions and one for the Lease, as client-go)
+    /// or `http1` (HTTP/1.1 only, a connection per request in flight: what client-go does
+    /// with DISABLE_HTTP2 set, for a proxy or load balancer that mishandles HTTP/2).
+    #[arg(long, env = "NOEXECUTE_API_HTTP_VERSION", value_enum, default_value_t = crate::adapters::client::HttpVersion::Auto)]
+    pub api_http_version: crate::adapters::client::HttpVersion,
     /// Address of the admin server (/metrics, /status, /healthz, /readyz).
     #[arg(long, env = "NOEXECUTE_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
@@ -358,11 +364,12 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     )) {
         config.headers.push((axum::http::header::USER_AGENT, agent));
     }
-    // HTTP/2 when the server offers it; the Lease on a connection of its own.
+    // HTTP/2 when the server offers it (unless --api-http-version=http1); the Lease on a
+    // connection of its own.
     let crate::adapters::client::RunClients {
         api: client,
         lease: lease_client,
-    } = crate::adapters::client::RunClients::new(config)?;
+    } = crate::adapters::client::RunClients::new(config, args.api_http_version)?;
 
     let shutdown = CancellationToken::new();
     let mut registry = Registry::default();
@@ -433,7 +440,6 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let lease_health = health.clone();
         let lease_metrics = metrics.clone();
-        let lease_client = lease_client.clone();
         let lease_shutdown = lease_stop.clone();
         let task = tokio::spawn(async move {
             let result = lease::run(lease_client, cfg, writer, lease_shutdown, lease_metrics).await;

@@ -132,6 +132,9 @@ default are left out, so the arguments show what differs from upstream's behavio
 {{- if ne $c.apiContentType "protobuf" }}
 - --api-content-type={{ $c.apiContentType }}
 {{- end }}
+{{- if ne $c.apiHttpVersion "auto" }}
+- --api-http-version={{ $c.apiHttpVersion }}
+{{- end }}
 {{- if ne (toString $c.eventComponent) "taint-eviction-controller" }}
 - {{ printf "--event-component=%s" $c.eventComponent | quote }}
 {{- end }}
