@@ -118,6 +118,10 @@ pub struct SourceArgs {
     /// the kubeconfig context's namespace, else `default`).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// The HTTP versions of a live read: `auto` (HTTP/2 when the API server offers it) or
+    /// `http1` (HTTP/1.1 only, for a proxy or load balancer that mishandles HTTP/2).
+    #[arg(long, env = "NOEXECUTE_API_HTTP_VERSION", value_enum, default_value_t = crate::adapters::client::HttpVersion::Auto)]
+    pub api_http_version: crate::adapters::client::HttpVersion,
 }
 
 /// Which pods `plan` shows. A taint acts on every pod of its nodes, so the plan covers every
@@ -164,8 +168,12 @@ impl SourceArgs {
             .build()
             .context("starting the async runtime")?;
         let state = runtime.block_on(async {
-            let client =
-                crate::cli::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
+            let client = crate::cli::client(
+                self.kubeconfig.as_deref(),
+                self.context.as_deref(),
+                self.api_http_version,
+            )
+            .await?;
             ClusterState::from_cluster(client, pod_labels).await
         })?;
         if state.devices_unreadable {
@@ -690,6 +698,62 @@ mod tests {
             missing.is_empty(),
             "flags without a description: {missing:?}"
         );
+    }
+
+    /// `--api-http-version` reaches `run`'s and the live reads' arguments, `auto` is the
+    /// default, `NOEXECUTE_API_HTTP_VERSION` sets it too, and a wrong value is refused with
+    /// the values it could be.
+    #[test]
+    fn the_http_version_is_read_from_the_flag_and_the_environment() {
+        use crate::adapters::client::HttpVersion;
+        use clap::FromArgMatches as _;
+        let parse = |args: &[&str]| {
+            super::Cli::command()
+                .try_get_matches_from(args)
+                .and_then(|m| super::Cli::from_arg_matches(&m))
+                .map(|cli| match cli.command {
+                    super::Command::Run(args) => args.api_http_version,
+                    super::Command::Plan(args) => args.source.api_http_version,
+                    super::Command::Explain(args) => args.source.api_http_version,
+                    other => panic!("unexpected command {other:?}"),
+                })
+        };
+        let version = |args: &[&str]| parse(args).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(version(&["noexecute", "run"]), HttpVersion::Auto);
+        assert_eq!(
+            version(&["noexecute", "run", "--api-http-version=http1"]),
+            HttpVersion::Http1
+        );
+        assert_eq!(
+            version(&["noexecute", "plan", "--api-http-version", "http1"]),
+            HttpVersion::Http1
+        );
+        assert_eq!(
+            version(&["noexecute", "explain", "a", "--api-http-version=http1"]),
+            HttpVersion::Http1
+        );
+        assert_eq!(version(&["noexecute", "plan"]), HttpVersion::Auto);
+        let refused = parse(&["noexecute", "run", "--api-http-version=h2"])
+            .err()
+            .unwrap_or_else(|| panic!("h2 was taken"))
+            .to_string();
+        assert!(
+            refused.contains("auto") && refused.contains("http1"),
+            "{refused}"
+        );
+        for name in ["run", "plan", "explain"] {
+            let command = super::Cli::command();
+            let env = command
+                .find_subcommand(name)
+                .and_then(|sub| {
+                    sub.get_arguments()
+                        .find(|a| a.get_id() == "api_http_version")
+                        .and_then(|a| a.get_env())
+                        .map(|e| e.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| panic!("{name}: no --api-http-version with an env"));
+            assert_eq!(env, "NOEXECUTE_API_HTTP_VERSION", "{name}");
+        }
     }
 
     #[test]

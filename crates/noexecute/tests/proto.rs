@@ -1683,6 +1683,10 @@ async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()
     for answer in answers {
         assert_eq!(answer?, http::Version::HTTP_11);
     }
+    assert_eq!(
+        get_version(&http1.lease, lease_path).await?,
+        http::Version::HTTP_11
+    );
     let opened = accepted.load(Ordering::SeqCst);
     assert!(
         opened > 2,

@@ -28,15 +28,13 @@ pub async fn config(
     })
 }
 
-/// A client for `kubeconfig` and `context`.
+/// A client for `kubeconfig` and `context`, speaking the HTTP versions of `version`.
 pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
+    version: HttpVersion,
 ) -> Result<kube::Client> {
-    Ok(build(
-        config(kubeconfig, context).await?,
-        HttpVersion::Auto,
-    )?)
+    Ok(build(config(kubeconfig, context).await?, version)?)
 }
 
 /// The HTTP versions a connection to the API server may speak (`--api-http-version`).
@@ -45,8 +43,8 @@ pub enum HttpVersion {
     /// HTTP/2 when the server offers it (TLS ALPN `h2`), else HTTP/1.1: client-go's default.
     #[default]
     Auto,
-    /// HTTP/1.1 only: a connection of the pool per request in flight, as kube-rs's own
-    /// client and client-go with `DISABLE_HTTP2` set.
+    /// HTTP/1.1 only (TLS offers no ALPN protocol, as kube-rs's own client): a connection of
+    /// the pool per request in flight, as client-go with `DISABLE_HTTP2` set.
     #[value(name = "http1")]
     Http1,
 }
@@ -62,6 +60,8 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// 5 and 2 MiB): a watch whose reader is busy holds up at most its own stream, never the
 /// connection's evictions and other watches.
 const CONNECTION_WINDOW: u32 = 1 << 30;
+/// TCP keep-alive: idle time before the first probe and time between probes (client-go's).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 const STREAM_WINDOW: u32 = 4 << 20;
 
 /// A client for `config` that speaks HTTP/2 when the API server offers it, as client-go does
@@ -94,6 +94,10 @@ pub fn build(config: kube::Config, version: HttpVersion) -> Result<kube::Client,
     }
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
+    // TCP keep-alive as client-go's dialer sets it (30 s idle, then probes 30 s apart): over
+    // HTTP/1.1, which has no pings, the kernel finds a peer that has gone.
+    http.set_keepalive(Some(TCP_KEEPALIVE));
+    http.set_keepalive_interval(Some(TCP_KEEPALIVE));
     let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
