@@ -119,7 +119,8 @@ pub struct SourceArgs {
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// The HTTP versions of a live read: `auto` (HTTP/2 when the API server offers it) or
-    /// `http1` (HTTP/1.1 only, for a proxy or load balancer that mishandles HTTP/2).
+    /// `http1` (HTTP/1.1 only, for a proxy or load balancer that mishandles HTTP/2). Not used
+    /// with --snapshot.
     #[arg(long, env = "NOEXECUTE_API_HTTP_VERSION", value_enum, default_value_t = crate::adapters::client::HttpVersion::Auto)]
     pub api_http_version: crate::adapters::client::HttpVersion,
 }
@@ -700,9 +701,10 @@ mod tests {
         );
     }
 
-    /// `--api-http-version` reaches `run`'s and the live reads' arguments, `auto` is the
-    /// default, `NOEXECUTE_API_HTTP_VERSION` sets it too, and a wrong value is refused with
-    /// the values it could be.
+    /// `--api-http-version` is parsed into `run`'s and the live reads' arguments, `auto` is
+    /// the default, each of the three commands declares `NOEXECUTE_API_HTTP_VERSION`, and a
+    /// wrong value is refused with the values it could be. (That the clients then speak it is
+    /// `tests/proto.rs`'s.)
     #[test]
     fn the_http_version_is_read_from_the_flag_and_the_environment() {
         use crate::adapters::client::HttpVersion;

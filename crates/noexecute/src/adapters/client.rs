@@ -60,9 +60,10 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// 5 and 2 MiB): a watch whose reader is busy holds up at most its own stream, never the
 /// connection's evictions and other watches.
 const CONNECTION_WINDOW: u32 = 1 << 30;
+const STREAM_WINDOW: u32 = 4 << 20;
+
 /// TCP keep-alive: idle time before the first probe and time between probes (client-go's).
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
-const STREAM_WINDOW: u32 = 4 << 20;
 
 /// A client for `config` that speaks HTTP/2 when the API server offers it, as client-go does
 /// (with `version` [`HttpVersion::Http1`], HTTP/1.1 only). Every command that talks to the API
@@ -94,8 +95,9 @@ pub fn build(config: kube::Config, version: HttpVersion) -> Result<kube::Client,
     }
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
-    // TCP keep-alive as client-go's dialer sets it (30 s idle, then probes 30 s apart): over
-    // HTTP/1.1, which has no pings, the kernel finds a peer that has gone.
+    // TCP keep-alive as client-go's dialer sets it (30 s idle, then probes 30 s apart): it keeps
+    // NAT and load balancer state alive, and over HTTP/1.1, which has no pings, the kernel
+    // finds a peer that has gone (after about 5 minutes, the kernel's 9 probes).
     http.set_keepalive(Some(TCP_KEEPALIVE));
     http.set_keepalive_interval(Some(TCP_KEEPALIVE));
     let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
