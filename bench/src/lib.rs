@@ -161,6 +161,9 @@ pub struct Outcome {
     /// histogram; upstream's records nanoseconds as seconds and cannot say).
     pub controller_within_25ms: Option<f64>,
     pub controller_within_100ms: Option<f64>,
+    /// noexecute only: Events not sent because the event queue was full
+    /// (`noexecute_events_dropped_total`). Upstream drops the same way but does not count it.
+    pub events_dropped: Option<f64>,
     pub evicted: usize,
     pub wrong: usize,
     pub missed: usize,
@@ -1009,6 +1012,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     let requests_after = request_counts(plane)?;
     recorder.abort();
     let mut within = (None, None);
+    let mut events_dropped = None;
     let log_path = match &running {
         Running::Noexecute(c) => Some(c.log.clone()),
         Running::Upstream => None,
@@ -1016,6 +1020,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
     if let Running::Noexecute(mut c) = running {
         if let Ok(text) = c.metrics().await {
             within = deletion_shares(&text);
+            events_dropped = counter(&text, "noexecute_events_dropped_total");
         }
         let _ = c.terminate(Duration::from_secs(10)).await;
     }
@@ -1140,6 +1145,7 @@ async fn measure(which: Which, opts: &Options, plane: &Plane) -> Result<Outcome>
         server_ms,
         controller_within_25ms: within.0,
         controller_within_100ms: within.1,
+        events_dropped,
         evicted: evicted_names.len(),
         wrong,
         missed,
@@ -1166,6 +1172,14 @@ fn deletion_shares(metrics: &str) -> (Option<f64>, Option<f64>) {
         sample("_bucket{le=\"0.025\"}").map(|b| b / count),
         sample("_bucket{le=\"0.1\"}").map(|b| b / count),
     )
+}
+
+/// The value of an unlabelled counter or gauge in a Prometheus text exposition.
+fn counter(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse::<f64>().ok()).flatten()
+    })
 }
 
 fn ratio(ours: f64, theirs: f64) -> String {
@@ -1293,6 +1307,14 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
             "| deletions done within 25 / 100 ms of the deadline, by the controller's clock | – | {:.1}% / {:.1}% | |\n",
             a * 100.0,
             b * 100.0
+        ));
+    }
+    if let Some(d) = ours.events_dropped {
+        let posted = |o: &Outcome| o.requests.get("POST events").copied().unwrap_or(0.0);
+        s.push_str(&format!(
+            "| Events posted (noexecute: and dropped, queue full) | {:.0} | {:.0} ({d:.0} dropped) | |\n",
+            posted(upstream),
+            posted(ours)
         ));
     }
     s.push_str(&format!(
@@ -1492,6 +1514,18 @@ apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"noexecute-bench-ex
 apiserver_flowcontrol_current_executing_requests{flow_schema=\"noexecute-bench-exempt\",priority_level=\"exempt\"} 1\n";
         assert_eq!(exempted(apf), 4.0);
         assert_eq!(exempted(before), 0.0);
+    }
+
+    #[test]
+    fn a_counter_is_read_by_its_whole_name() {
+        let text = "# HELP noexecute_events_dropped Events not sent.\n\
+# TYPE noexecute_events_dropped counter\n\
+noexecute_events_dropped_total_x 5\n\
+noexecute_events_dropped_total 12\n\
+noexecute_events_fenced_total 3\n";
+        assert_eq!(counter(text, "noexecute_events_dropped_total"), Some(12.0));
+        assert_eq!(counter(text, "noexecute_events_fenced_total"), Some(3.0));
+        assert_eq!(counter(text, "noexecute_events"), None);
     }
 
     #[test]

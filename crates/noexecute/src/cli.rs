@@ -706,7 +706,7 @@ mod tests {
     /// wrong value is refused with the values it could be. (That the clients then speak it is
     /// `tests/proto.rs`'s.)
     #[test]
-    fn the_http_version_is_read_from_the_flag_and_the_environment() {
+    fn the_http_version_is_read_from_the_flag_and_declares_its_env() {
         use crate::adapters::client::HttpVersion;
         use clap::FromArgMatches as _;
         let parse = |args: &[&str]| {

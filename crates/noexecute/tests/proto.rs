@@ -1607,6 +1607,21 @@ async fn get_version(client: &Client, path: String) -> Result<http::Version> {
     Ok(response.version())
 }
 
+/// Fires `n` `GET path` at once on `client`: every answer is a success in `version`.
+async fn all_answer_in(
+    client: &Client,
+    path: &str,
+    n: usize,
+    version: http::Version,
+) -> Result<()> {
+    let answers =
+        futures::future::join_all((0..n).map(|_| get_version(client, path.to_string()))).await;
+    for answer in answers {
+        assert_eq!(answer?, version);
+    }
+    Ok(())
+}
+
 /// The live controller's clients speak HTTP/2 to the API server, as client-go does: a watch
 /// held open and 64 requests at once beside it take one connection, and the Lease's client
 /// takes a second of its own. The control: with `--api-http-version=http1` the same clients
@@ -1639,12 +1654,7 @@ async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()
         )
         .await?
         .boxed();
-    let answers =
-        futures::future::join_all((0..64).map(|_| get_version(&clients.api, pods_path.clone())))
-            .await;
-    for answer in answers {
-        assert_eq!(answer?, http::Version::HTTP_2);
-    }
+    all_answer_in(&clients.api, &pods_path, 64, http::Version::HTTP_2).await?;
     assert_eq!(
         get_version(&clients.lease, lease_path.clone()).await?,
         http::Version::HTTP_2
@@ -1677,12 +1687,7 @@ async fn the_controllers_clients_speak_http2_on_a_connection_each() -> Result<()
         through,
         noexecute::adapters::client::HttpVersion::Http1,
     )?;
-    let answers =
-        futures::future::join_all((0..64).map(|_| get_version(&http1.api, pods_path.clone())))
-            .await;
-    for answer in answers {
-        assert_eq!(answer?, http::Version::HTTP_11);
-    }
+    all_answer_in(&http1.api, &pods_path, 64, http::Version::HTTP_11).await?;
     assert_eq!(
         get_version(&http1.lease, lease_path).await?,
         http::Version::HTTP_11
