@@ -162,7 +162,9 @@ pub struct Outcome {
     pub controller_within_25ms: Option<f64>,
     pub controller_within_100ms: Option<f64>,
     /// noexecute only: Events not sent because the event queue was full
-    /// (`noexecute_events_dropped_total`). Upstream drops the same way but does not count it.
+    /// (`noexecute_events_dropped_total`), from the controller's start to the end of the run
+    /// (the starts' canaries post a few Events and drop none). Upstream drops the same way but
+    /// does not count it.
     pub events_dropped: Option<f64>,
     pub evicted: usize,
     pub wrong: usize,
@@ -1178,7 +1180,9 @@ fn deletion_shares(metrics: &str) -> (Option<f64>, Option<f64>) {
 fn counter(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| {
         let (n, v) = l.split_once(' ')?;
-        (n == name).then(|| v.trim().parse::<f64>().ok()).flatten()
+        (n == name)
+            .then(|| v.split_whitespace().next()?.parse::<f64>().ok())
+            .flatten()
     })
 }
 
@@ -1312,7 +1316,7 @@ pub fn markdown(upstream: &Outcome, ours: &Outcome) -> String {
     if let Some(d) = ours.events_dropped {
         let posted = |o: &Outcome| o.requests.get("POST events").copied().unwrap_or(0.0);
         s.push_str(&format!(
-            "| Events posted (noexecute: and dropped, queue full) | {:.0} | {:.0} ({d:.0} dropped) | |\n",
+            "| Events posted by all clients (noexecute's dropped, queue full) | {:.0} | {:.0} ({d:.0} dropped) | |\n",
             posted(upstream),
             posted(ours)
         ));
@@ -1521,7 +1525,7 @@ apiserver_flowcontrol_current_executing_requests{flow_schema=\"noexecute-bench-e
         let text = "# HELP noexecute_events_dropped Events not sent.\n\
 # TYPE noexecute_events_dropped counter\n\
 noexecute_events_dropped_total_x 5\n\
-noexecute_events_dropped_total 12\n\
+noexecute_events_dropped_total 12 1700000000000\n\
 noexecute_events_fenced_total 3\n";
         assert_eq!(counter(text, "noexecute_events_dropped_total"), Some(12.0));
         assert_eq!(counter(text, "noexecute_events_fenced_total"), Some(3.0));
